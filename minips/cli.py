@@ -1,0 +1,176 @@
+"""Command line: ``python -m minips {train,compare,bench,data,plot}``.
+
+Each subcommand lives in a function ``cmd_<name>``; further subcommands
+(``compare``, ``bench``, ``plot``) register themselves through
+:data:`SUBCOMMANDS`. Under ``mpiexec``, an exception on any rank prints its
+message and aborts the whole job (``MPI_Abort``) so no rank hangs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+__all__ = ["main", "build_parser", "add_train_arguments", "config_from_args"]
+
+#: name -> (add_arguments(subparser), run(args) -> int, help)
+SUBCOMMANDS: dict = {}
+
+
+def subcommand(name: str, help: str):
+    """Decorator registering ``add_args`` for a subcommand; the function must set
+    ``func`` via ``parser.set_defaults``."""
+    def deco(add_args):
+        SUBCOMMANDS[name] = (add_args, help)
+        return add_args
+    return deco
+
+
+def _bool_flag(p, name, help):
+    p.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
+                   default=None, help=help)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train`` (also used by ``compare``). Defaults are None so
+    that a config file's values survive unless a flag is given."""
+    from .train import TrainConfig
+    d = TrainConfig()
+    p.add_argument("--config", help="TOML file of options (keys = the long flag names); flags override it")
+    p.add_argument("--model", help=f"mlp, convnet or captioner (default {d.model})")
+    p.add_argument("--data", help=f"fashion-mnist-mini, fashion-mnist, moving-fmnist-captions, or an .h5 path "
+                                  f"(default {d.data})")
+    p.add_argument("--epochs", type=int, help=f"passes over the training data (default {d.epochs})")
+    p.add_argument("--batch-size", type=int, help=f"samples per step per rank (default {d.batch_size})")
+    p.add_argument("--lr", type=float, help=f"base learning rate (default {d.lr})")
+    p.add_argument("--momentum", type=float, help=f"heavy-ball momentum (default {d.momentum})")
+    _bool_flag(p, "nesterov", "Nesterov momentum")
+    p.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default {d.weight_decay})")
+    p.add_argument("--schedule", choices=["constant", "step", "cosine"], help="learning-rate schedule")
+    p.add_argument("--warmup-epochs", type=float, help="linear warm-up length in epochs")
+    _bool_flag(p, "scale-lr", "multiply lr by the number of ranks (linear scaling rule)")
+    p.add_argument("--seed", type=int, help=f"seed of initialisation and data order (default {d.seed})")
+    p.add_argument("--out", help=f"output directory (default {d.out})")
+    p.add_argument("--algo", help=f"sync, overlap-sync, pseudo-sync, ... (default {d.algo})")
+    p.add_argument("--predictor", help="pseudo-sync gradient predictor: last, ema, holt, lookahead, adaptive "
+                                       f"(default {d.predictor})")
+    p.add_argument("--staleness", type=int, help="pseudo-sync staleness k >= 1 (default 1)")
+    p.add_argument("--bucket-mb", type=float, help=f"overlap-sync bucket size in MiB (default {d.bucket_mb})")
+    p.add_argument("--network", help="emulate an interconnect: 1gbe, 10gbe, 25gbe, ib-fdr, ib-edr, ib-hdr, "
+                                     "or alpha=SECONDS,beta=SECONDS_PER_BYTE")
+    p.add_argument("--progress", choices=["none", "poll", "thread"], help="how nonblocking MPI requests "
+                   f"progress (default {d.progress})")
+    p.add_argument("--check-replicas", type=int, help="compare weight hashes across ranks every N steps")
+    p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every N steps (0 = off)")
+    p.add_argument("--resume", help="checkpoint file to resume from")
+    p.add_argument("--max-steps", type=int, help="stop after N steps (0 = run all epochs)")
+    _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
+    _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
+
+
+def config_from_args(args):
+    """Merge defaults < ``--config`` file < explicit flags into a TrainConfig.
+
+    Raises:
+        ConfigError: bad config file or values.
+    """
+    from .train import TrainConfig, config_fields, load_config
+    values = load_config(args.config) if getattr(args, "config", None) else {}
+    for name in config_fields():
+        v = getattr(args, name, None)
+        if v is not None:
+            values[name] = v
+    try:
+        cfg = TrainConfig(**values)
+    except TypeError as e:
+        from .train import ConfigError
+        raise ConfigError(str(e)) from None
+    # TOML gives ints where floats are expected and the reverse: normalise.
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.type == "float" and isinstance(v, int) and not isinstance(v, bool):
+            setattr(cfg, f.name, float(v))
+    cfg.validate()
+    return cfg
+
+
+def cmd_train(args) -> int:
+    from .train import Trainer
+    cfg = config_from_args(args)
+    Trainer(cfg).run()
+    return 0
+
+
+def cmd_data(args) -> int:
+    from .data import fashion_mnist
+    if args.dataset == "fashion-mnist":
+        counts = fashion_mnist.convert(args.src, args.out, args.train_subset, args.test_subset, args.seed)
+        print(f"wrote {args.out}: " + ", ".join(f"{k} {v} images" for k, v in counts.items()))
+        return 0
+    if args.dataset == "moving-fmnist-captions":
+        from . import captioning
+        return captioning.cmd_build(args)
+    raise SystemExit(f"unknown data set {args.dataset!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m minips",
+                                 description="minips: data-parallel SGD, from scratch, for CPU clusters")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,compare,bench,data,plot}")
+    p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("data", help="build data sets (HDF5) from their sources")
+    p.add_argument("dataset", choices=["fashion-mnist", "moving-fmnist-captions"])
+    p.add_argument("--from", dest="src", default="/usr/share/datasets/fashion-mnist",
+                   help="directory of the four IDX files (default: Debian's dataset-fashion-mnist)")
+    p.add_argument("--out", required=True, help="the .h5 file to write")
+    p.add_argument("--train-subset", type=int, help="keep a stratified subset of N training images")
+    p.add_argument("--test-subset", type=int, help="keep a stratified subset of N test images")
+    p.add_argument("--seed", type=int, default=0, help="seed of the subset choice")
+    p.set_defaults(func=cmd_data)
+
+    _load_optional()
+    for name, (add_args, help_) in SUBCOMMANDS.items():
+        add_args(sub.add_parser(name, help=help_))
+    return ap
+
+
+def _load_optional():
+    import importlib
+    for mod in ("minips.compare", "minips.bench.cli", "minips.plots"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit status. User errors print one line, not a traceback."""
+    args = build_parser().parse_args(argv)
+    from .dist.comm import launched_by_mpi
+    under_mpi = launched_by_mpi()
+    try:
+        return args.func(args) or 0
+    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError) as e:
+        msg = f"error: {e}"
+        if under_mpi and _world_size() > 1:
+            from .dist.comm import get_comm
+            get_comm().abort(msg)  # ends every rank
+        print(msg, file=sys.stderr)
+        if os.environ.get("MINIPS_TRACEBACK"):
+            raise
+        return 2
+    except BaseException as e:  # noqa: BLE001 - any other failure must not leave ranks hanging
+        if under_mpi and _world_size() > 1 and not isinstance(e, (SystemExit, KeyboardInterrupt)):
+            from .dist.comm import abort_on_exception, get_comm
+            abort_on_exception(get_comm(), e)
+        raise
+
+
+def _world_size() -> int:
+    from .dist import comm as c
+    return c._world.size if c._world is not None else 1

@@ -1,0 +1,4 @@
+"""Data sets, samplers and batch loaders."""
+from .datasets import DATASETS, ImageDataset, load_image_dataset, resolve_h5  # noqa: F401
+from .loader import BatchLoader, normalize_images  # noqa: F401
+from .sampler import DistributedSampler  # noqa: F401

@@ -1,0 +1,118 @@
+"""Find and load data sets by name or path.
+
+Names: ``fashion-mnist-mini`` (committed, ``data/fashion-mnist-mini.h5``),
+``fashion-mnist`` (built by ``python -m minips data fashion-mnist``, see
+``data/README.md``), or a path to an ``.h5`` file with the same layout.
+Other tasks register their own names in :data:`DATASETS`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "resolve_h5", "DATASETS"]
+
+# name -> (file name, how to build it when missing)
+DATASETS = {
+    "fashion-mnist-mini": ("fashion-mnist-mini.h5",
+                           "it is committed in data/; run from a clone of minips, or set MINIPS_DATA_DIR"),
+    "fashion-mnist": ("fashion-mnist.h5",
+                      "build it: apt-get install dataset-fashion-mnist && python -m minips data "
+                      "fashion-mnist --from /usr/share/datasets/fashion-mnist --out data/fashion-mnist.h5"),
+}
+
+
+def data_dirs() -> list[Path]:
+    """Where named data sets are looked for, in order: ``$MINIPS_DATA_DIR``,
+    ``./data``, and the ``data/`` folder of the source tree minips runs from."""
+    dirs = []
+    if os.environ.get("MINIPS_DATA_DIR"):
+        dirs.append(Path(os.environ["MINIPS_DATA_DIR"]))
+    dirs.append(Path.cwd() / "data")
+    dirs.append(Path(__file__).resolve().parents[2] / "data")
+    return dirs
+
+
+def resolve_h5(name_or_path: str) -> Path:
+    """The HDF5 file for a data set name or path.
+
+    Raises:
+        FileNotFoundError: unknown name or missing file; the message lists the
+            known names, where it looked, and how to build the file.
+    """
+    p = Path(name_or_path)
+    if p.suffix in (".h5", ".hdf5"):
+        if not p.exists():
+            raise FileNotFoundError(f"data file {p} does not exist; give an existing .h5 file or one of "
+                                    f"the names {sorted(DATASETS)}")
+        return p
+    if name_or_path not in DATASETS:
+        raise FileNotFoundError(f"unknown data set {name_or_path!r}; known: {sorted(DATASETS)}, "
+                                "or a path to an .h5 file")
+    fname, how = DATASETS[name_or_path]
+    for d in data_dirs():
+        if (d / fname).exists():
+            return d / fname
+    raise FileNotFoundError(f"data set {name_or_path!r}: {fname} not found in "
+                            f"{', '.join(str(d) for d in data_dirs())}; {how}")
+
+
+@dataclass
+class ImageDataset:
+    """An image classification data set in memory.
+
+    Attributes:
+        train_x, test_x: float32 (N, 1, 28, 28), standardised with the training
+            mean and std.
+        train_y, test_y: int64 (N,) class indices.
+        class_names: list of str.
+        name: what the user asked for; path: the file read.
+    """
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    class_names: list
+    name: str
+    path: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def load_image_dataset(name_or_path: str) -> ImageDataset:
+    """Load an image data set (Fashion-MNIST layout) by name or path.
+
+    Raises:
+        FileNotFoundError: see :func:`resolve_h5`.
+        ValueError: the file lacks the train/test groups or they are malformed.
+    """
+    import h5py
+
+    from .loader import normalize_images
+
+    path = resolve_h5(name_or_path)
+    with h5py.File(path, "r") as f:
+        for split in ("train", "test"):
+            if split not in f or "images" not in f[split] or "labels" not in f[split]:
+                raise ValueError(f"{path}: no /{split}/images and /{split}/labels; was it written by "
+                                 "'python -m minips data fashion-mnist'?")
+        tr_i, tr_l = f["train/images"][...], f["train/labels"][...]
+        te_i, te_l = f["test/images"][...], f["test/labels"][...]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f.attrs.get("class_names", [])]
+    for split, (i, l) in {"train": (tr_i, tr_l), "test": (te_i, te_l)}.items():
+        if i.ndim != 3 or len(i) != len(l):
+            raise ValueError(f"{path}: /{split} has images {i.shape} and labels {l.shape}; "
+                             "expected (N, H, W) and (N,)")
+    scaled = tr_i.astype(np.float32) / 255.0
+    mean, std = float(scaled.mean()), float(scaled.std())
+    return ImageDataset(
+        normalize_images(tr_i, mean, std), tr_l.astype(np.int64),
+        normalize_images(te_i, mean, std), te_l.astype(np.int64),
+        names or [str(c) for c in range(int(tr_l.max()) + 1)], name_or_path, str(path),
+        {"mean": mean, "std": std})
