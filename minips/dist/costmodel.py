@@ -1,0 +1,105 @@
+"""Alpha-beta (latency-bandwidth) cost model of collective communication.
+
+Sending ``n`` bytes point to point costs ``alpha + n * beta`` seconds (Hockney
+1994): ``alpha`` is the latency (s), ``beta`` the inverse bandwidth (s/byte).
+A ring allreduce of ``n`` bytes over ``P`` ranks is a reduce-scatter followed
+by an allgather, each ``P-1`` rounds of ``n/P`` bytes (Thakur, Rabenseifner &
+Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA
+2005; Patarasuk & Yuan 2009)::
+
+    T_ring(n, P) = 2 (P-1) alpha + 2 (P-1)/P * n * beta      (+ reduction arithmetic, ignored)
+
+Interconnect presets are nominal figures, not measurements: the bandwidth is
+the link's signalling rate (IEEE 802.3 for Ethernet; the InfiniBand Trade
+Association roadmap for FDR/EDR/HDR: 4x lanes at 14.0625 / 25.78125 / 53.125
+Gb/s, 64b/66b coding), and the latency a typical MPI ping-pong small-message
+latency for that class of network (about 50 us for MPI over TCP on 1 GbE, about
+10 us on 10 GbE, about 1 us on InfiniBand, as OSU micro-benchmark reports for
+such networks show). Use ``alpha=..,beta=..`` or fit your own with
+``python -m minips bench comm``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = ["NetworkModel", "NETWORKS", "parse_network", "ring_allreduce_time"]
+
+
+def ring_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
+    """Seconds for a ring allreduce of ``nbytes`` over ``P`` ranks (0 for P = 1).
+
+    Raises:
+        ValueError: P < 1 or negative sizes/parameters.
+    """
+    if P < 1:
+        raise ValueError(f"P must be >= 1, got {P}")
+    if nbytes < 0 or alpha < 0 or beta < 0:
+        raise ValueError("nbytes, alpha and beta must be >= 0")
+    if P == 1:
+        return 0.0
+    return 2 * (P - 1) * alpha + 2 * (P - 1) / P * nbytes * beta
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """An interconnect as (alpha seconds, beta seconds per byte) plus a name."""
+    alpha: float
+    beta: float
+    name: str = "custom"
+
+    def allreduce_time(self, nbytes: float, P: int) -> float:
+        """Ring-allreduce seconds for ``nbytes`` over ``P`` ranks."""
+        return ring_allreduce_time(nbytes, P, self.alpha, self.beta)
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """Bandwidth in Gbit/s (1e9 bits per second)."""
+        return math.inf if self.beta == 0 else 8 / self.beta / 1e9
+
+    def __str__(self):
+        return (f"{self.name} (alpha={self.alpha * 1e6:.3g} us, "
+                f"bandwidth={self.bandwidth_gbps:.3g} Gb/s)")
+
+
+def _gbit(g: float) -> float:
+    """beta (s/byte) for a link of ``g`` Gbit/s."""
+    return 8 / (g * 1e9)
+
+
+NETWORKS = {
+    "1gbe": NetworkModel(50e-6, _gbit(1.0), "1 GbE"),
+    "10gbe": NetworkModel(10e-6, _gbit(10.0), "10 GbE"),
+    "25gbe": NetworkModel(5e-6, _gbit(25.0), "25 GbE"),
+    "ib-fdr": NetworkModel(1.0e-6, _gbit(4 * 14.0625 * 64 / 66), "InfiniBand FDR 4x"),
+    "ib-edr": NetworkModel(1.0e-6, _gbit(4 * 25.78125 * 64 / 66), "InfiniBand EDR 4x"),
+    "ib-hdr": NetworkModel(1.0e-6, _gbit(4 * 53.125 * 64 / 66), "InfiniBand HDR 4x"),
+}
+
+
+def parse_network(spec) -> NetworkModel:
+    """A :class:`NetworkModel` from a preset name (``1gbe``, ``10gbe``, ``25gbe``,
+    ``ib-fdr``, ``ib-edr``, ``ib-hdr``), a string ``alpha=5e-5,beta=8e-9``
+    (seconds, seconds per byte), or a NetworkModel (returned as is).
+
+    Raises:
+        ValueError: unknown name or malformed string (the valid forms are listed).
+    """
+    if isinstance(spec, NetworkModel):
+        return spec
+    s = str(spec).strip().lower()
+    if s in NETWORKS:
+        return NETWORKS[s]
+    m = re.fullmatch(r"alpha=([0-9.eE+-]+),\s*beta=([0-9.eE+-]+)", s)
+    if m:
+        try:
+            a, b = float(m.group(1)), float(m.group(2))
+        except ValueError:
+            m = None
+        else:
+            if a < 0 or b < 0:
+                raise ValueError(f"network {spec!r}: alpha and beta must be >= 0")
+            return NetworkModel(a, b, f"alpha={a:g},beta={b:g}")
+    raise ValueError(f"unknown network {spec!r}; use one of {', '.join(NETWORKS)} "
+                     "or 'alpha=SECONDS,beta=SECONDS_PER_BYTE'")
