@@ -208,7 +208,7 @@ class Sum(Function):
         return np.asarray(a.sum(axis=self.axes, keepdims=keepdims))
 
     def backward(self, g):
-        return np.ascontiguousarray(_expand(g, self.shape, self.axes, self.keepdims))
+        return _expand(g, self.shape, self.axes, self.keepdims).copy()
 
 
 class Mean(Function):
@@ -218,7 +218,7 @@ class Mean(Function):
         return np.asarray(a.mean(axis=self.axes, keepdims=keepdims))
 
     def backward(self, g):
-        return np.ascontiguousarray(_expand(g / self.count, self.shape, self.axes, self.keepdims))
+        return _expand(g / self.count, self.shape, self.axes, self.keepdims).copy()
 
 
 class Max(Function):
