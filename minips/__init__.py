@@ -10,6 +10,31 @@ Quick tour::
 
 See README.md and tutorials/.
 """
+import os as _os
+
+
+def _limit_blas_threads():
+    """Give BLAS (OpenBLAS/MKL) cores_on_node // ranks_on_node threads.
+
+    BLAS reads these variables once, when NumPy loads it, which is before MPI
+    can tell us the ranks per node; so read the launcher's own variables
+    (MPICH/Hydra, Open MPI, Slurm). The user's own settings always win.
+    See kernels/threads.py for the Numba side.
+    """
+    local = (_os.environ.get("MPI_LOCALNRANKS") or _os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+             or _os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] or "1")
+    try:
+        local = max(1, int(local))
+    except ValueError:
+        local = 1
+    if local > 1:
+        cores = len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity") else (_os.cpu_count() or 1)
+        n = str(max(1, cores // local))
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            _os.environ.setdefault(var, n)
+
+
+_limit_blas_threads()
 from . import random  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad  # noqa: F401
 from .tensor import Tensor, as_tensor, tensor  # noqa: F401

@@ -168,11 +168,12 @@ class Trainer:
         self.sampler = DistributedSampler(len(x), comm.rank, comm.size, seed=cfg.seed)
         self.loader = BatchLoader(x, y, cfg.batch_size, self.sampler, drop_last=True)
         self.steps_per_epoch = len(self.loader)
-        self.total_steps = self.steps_per_epoch * cfg.epochs
-        if cfg.max_steps:
-            self.total_steps = min(self.total_steps, cfg.max_steps)
+        # The schedule spans all epochs; --max-steps only stops early (so a run
+        # cut short and resumed follows the same learning rates).
+        planned = self.steps_per_epoch * cfg.epochs
+        self.total_steps = min(planned, cfg.max_steps) if cfg.max_steps else planned
         lr = cfg.lr * (comm.size if cfg.scale_lr else 1)
-        self.schedule = make_schedule(cfg.schedule, lr, self.total_steps,
+        self.schedule = make_schedule(cfg.schedule, lr, planned,
                                       warmup_steps=int(round(cfg.warmup_epochs * self.steps_per_epoch)))
         self.optimizer = SGD(self.model.parameters(), lr=lr, momentum=cfg.momentum,
                              nesterov=cfg.nesterov, weight_decay=cfg.weight_decay)
@@ -197,23 +198,28 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------
     def run(self) -> dict:
+        """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
         self.build()
         out = Path(cfg.out)
         if comm.rank == 0:
             out.mkdir(parents=True, exist_ok=True)
-        self.global_step, start_epoch, start_batch = 0, 0, 0
+        self.global_step = 0
         self.history: list[dict] = []
-        self._say(f"minips: {cfg.model} on {cfg.data}, algo={cfg.algo}"
-                  + (f" predictor={cfg.predictor} staleness={cfg.staleness}" if cfg.algo == "pseudo-sync" else "")
-                  + f"; {comm.describe()}; {self.threads} thread(s)/rank; "
-                  f"batch {cfg.batch_size}/rank x {comm.size} = {cfg.batch_size * comm.size}")
+        self.last_eval: dict = {}
+        self.trace_rows: list[dict] = []
+        if cfg.resume:
+            self.restore(cfg.resume)
+        self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
+                  f"{self.threads} thread(s)/rank; batch {cfg.batch_size}/rank x {comm.size} = "
+                  f"{cfg.batch_size * comm.size}; {self.total_steps} steps"
+                  + (f"; resumed at step {self.global_step}" if cfg.resume else ""))
         self.algo.start()
-        trace_rows = []
+        stopper = StopAgreement(comm)
         t_start = time.perf_counter()
         bar = self._progress_bar()
-        samples = 0
-        done = False
+        samples, stopped = 0, None
+        start_epoch, start_batch = divmod(self.global_step, self.steps_per_epoch)
         for epoch in range(start_epoch, cfg.epochs):
             self.loader.set_epoch(epoch)
             t_epoch = time.perf_counter()
@@ -222,46 +228,134 @@ class Trainer:
                 loss = self._train_step(batch)
                 losses.append(loss)
                 samples += self.task.samples(batch)
-                row = {"step": self.global_step, "epoch": epoch, "loss": loss,
-                       "lr": self.optimizer.lr, **self._last_phases, **self.algo.log}
                 if cfg.trace:
-                    trace_rows.append(row)
+                    self.trace_rows.append({"step": self.global_step, "epoch": epoch, "loss": loss,
+                                            "lr": self.optimizer.lr, **self._last_phases, **self.algo.log})
                 self.global_step += 1
                 bar.update(1)
                 if self.global_step % 20 == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
                 if cfg.check_replicas and self.global_step % cfg.check_replicas == 0:
                     self.check_replicas()
-                if cfg.max_steps and self.global_step >= self.total_steps:
-                    done = True
+                if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
+                    self.save_checkpoint(out / "checkpoint.h5")
+                if self.global_step >= self.total_steps:
+                    stopped = "max_steps" if self.global_step < self.steps_per_epoch * cfg.epochs else None
+                    break
+                if stopper.should_stop():
+                    stopped = "signal"
                     break
             start_batch = 0
-            self.algo.finish()  # drain the pipeline before evaluating the weights
-            metrics = self.task.evaluate(self.model, comm, cfg.eval_batch_size)
-            row = {"epoch": epoch + 1, "step": self.global_step,
-                   "train_loss": float(np.mean(losses)) if losses else float("nan"),
-                   **metrics, "seconds": time.perf_counter() - t_epoch,
-                   "wall_time_s": time.perf_counter() - t_start}
-            self.history.append(row)
-            bar.close() if done or epoch == cfg.epochs - 1 else None
-            self._say(f"epoch {epoch + 1}/{cfg.epochs}: train loss {row['train_loss']:.4f}, "
-                      + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-                      + f", {row['seconds']:.1f} s")
-            if done:
+            if stopped == "signal":
+                break
+            if losses:
+                self._end_epoch(epoch, losses, t_epoch, t_start, partial=stopped == "max_steps")
+            if stopped:
                 break
         bar.close()
+        self.algo.finish()  # drain the pipeline: no request left pending
+        stopper.close()
+        if stopped == "signal" or (stopped == "max_steps" and cfg.checkpoint_every):
+            self.save_checkpoint(out / "checkpoint.h5")
+            if stopped == "signal":
+                self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / 'checkpoint.h5'} "
+                          f"(continue with --resume {out / 'checkpoint.h5'})")
         wall = time.perf_counter() - t_start
-        summary = self._summary(wall, samples)
+        summary = self._summary(wall, samples, stopped)
         if comm.rank == 0:
-            self._write_outputs(out, summary, trace_rows)
+            self._write_outputs(out, summary)
             self._say(self.format_breakdown(summary))
         return summary
+
+    def _end_epoch(self, epoch, losses, t_epoch, t_start, partial=False) -> None:
+        """Evaluate; a complete epoch adds a row to the history (metrics.csv), a
+        partial one (--max-steps) only sets the final numbers of the summary."""
+        metrics = self.task.evaluate(self.model, self.comm, self.cfg.eval_batch_size)
+        row = {"epoch": epoch + 1, "step": self.global_step,
+               "train_loss": float(np.mean(losses)),
+               **metrics, "seconds": time.perf_counter() - t_epoch,
+               "wall_time_s": time.perf_counter() - t_start}
+        self.last_eval = row
+        if not partial:
+            self.history.append(row)
+        self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train loss {row['train_loss']:.4f}, "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f", {row['seconds']:.1f} s")
+
+    # --- checkpoints --------------------------------------------------------------------
+    def save_checkpoint(self, path) -> None:
+        """Write a checkpoint of this step (collective: every rank must call it).
+
+        In-flight gradients are completed first and stored averaged, which does
+        not change the trajectory. Rank 0 writes; the outcome is broadcast, so
+        a failed write raises on every rank instead of leaving them hanging.
+        """
+        from . import checkpoint
+
+        self.algo.drain()
+        rng_states = self.comm.allgather(json.dumps(mrandom.get_state()))
+        error = None
+        if self.comm.rank == 0:
+            state = {
+                "step": self.global_step, "world_size": self.comm.size,
+                "config": json.dumps(dataclasses.asdict(self.cfg)),
+                "weights": self.algo.flat.weights,
+                "optimizer": self.optimizer.state_dict(),
+                "algorithm": self.algo.state_dict(),
+                "rng": rng_states,
+                "history": json.dumps(self.history),
+                "trace": json.dumps(self.trace_rows, default=_json_default),
+            }
+            try:
+                checkpoint.save(path, state)
+            except OSError as e:
+                error = f"could not write checkpoint {path}: {e}"
+        error = self.comm.bcast_obj(error)
+        if error:
+            raise RuntimeError(error)
+
+    def restore(self, path) -> None:
+        """Load a checkpoint into the freshly built run (before ``algo.start()``).
+
+        Raises:
+            CheckpointError: missing/invalid file, a different number of ranks, or
+                a run configuration that differs in what fixes the trajectory.
+        """
+        from .checkpoint import CheckpointError, load
+
+        state = load(path)
+        saved = json.loads(state["config"])
+        if int(state["world_size"]) != self.comm.size:
+            raise CheckpointError(
+                f"checkpoint {path} was written by {state['world_size']} rank(s), this job has "
+                f"{self.comm.size}; resume with mpiexec -n {state['world_size']} (the data sharding and the "
+                "averaged gradients depend on the number of ranks, so the trajectory cannot continue otherwise)")
+        keys = ("model", "data", "algo", "predictor", "staleness", "batch_size", "seed", "lr", "momentum",
+                "nesterov", "weight_decay", "schedule", "warmup_epochs", "scale_lr", "epochs")
+        diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(self.cfg, k)!r}" for k in keys
+                if saved.get(k) != getattr(self.cfg, k)]
+        if diff:
+            raise CheckpointError(f"checkpoint {path} was written by a different run configuration ("
+                                  + "; ".join(diff) + "); pass the same options to continue its trajectory")
+        w = np.asarray(state["weights"], np.float32)
+        if w.shape != self.algo.flat.weights.shape:
+            raise CheckpointError(f"checkpoint {path} holds {w.size} weights, the model has "
+                                  f"{self.algo.flat.weights.size}")
+        self.algo.flat.weights[...] = w
+        opt = dict(state["optimizer"])
+        opt["buffers"] = list(opt["buffers"])
+        self.optimizer.load_state_dict(opt)
+        self.algo.load_state_dict(state["algorithm"])
+        mrandom.set_state(json.loads(state["rng"][self.comm.rank]))
+        self.global_step = int(state["step"])
+        self.history = json.loads(state["history"])
+        self.trace_rows = json.loads(state["trace"])
 
     def _train_step(self, batch) -> float:
         cfg, algo = self.cfg, self.algo
         lr = self.schedule(self.global_step)
         self.optimizer.lr = lr
         timer = algo.timer
+        algo.before_forward()
         with timer.phase("forward"):
             loss = self.model.loss(batch)
         value = float(loss.data)
@@ -289,18 +383,19 @@ class Trainer:
                                "weights from rank 0 (an algorithm applied different updates on different ranks)")
 
     # --- results ------------------------------------------------------------------------
-    def _summary(self, wall: float, samples: int) -> dict:
+    def _summary(self, wall: float, samples: int, stopped=None) -> dict:
         cfg, comm = self.cfg, self.comm
         skip = min(5, max(0, len(self.algo.timer.rows) - 1))  # JIT warm-up steps
         local = self.algo.timer.mean(skip)
         breakdown = {k: comm.allreduce_scalar(v) / comm.size for k, v in local.items()}
         step_time = sum(breakdown.values())
-        last = self.history[-1] if self.history else {}
+        last = self.last_eval
         summary = {
             "model": cfg.model, "data": cfg.data, "algo": cfg.algo,
             "predictor": cfg.predictor if cfg.algo == "pseudo-sync" else None,
             "staleness": cfg.staleness if cfg.algo == "pseudo-sync" else None,
             "world_size": comm.size, "seed": cfg.seed, "epochs": len(self.history),
+            "epochs_planned": cfg.epochs,
             "steps": self.global_step, "batch_size_per_rank": cfg.batch_size,
             "global_batch_size": cfg.batch_size * comm.size, "lr": cfg.lr,
             "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
@@ -310,6 +405,7 @@ class Trainer:
             "network": str(comm.network) if comm.network else "real",
             "network_emulated": comm.emulated, "progress": comm.progress_mode,
             "threads_per_rank": self.threads,
+            "stopped": stopped,
             "history": self.history,
         }
         for k, v in last.items():
@@ -330,13 +426,63 @@ class Trainer:
                      f"test accuracy {summary['test_accuracy']}")
         return "\n".join(lines)
 
-    def _write_outputs(self, out: Path, summary: dict, trace_rows: list) -> None:
+    def _write_outputs(self, out: Path, summary: dict) -> None:
         keys = list(self.history[0].keys()) if self.history else []
         _atomic_write(out / "metrics.csv", _csv_text(keys, self.history))
         _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+        trace_rows = self.trace_rows
         if trace_rows:
             keys = list(dict.fromkeys(k for r in trace_rows for k in r))
             _atomic_write(out / "trace.csv", _csv_text(keys, trace_rows))
+
+
+class StopAgreement:
+    """Stop every rank at the same step when any rank gets SIGTERM or SIGINT.
+
+    Slurm sends SIGTERM to all tasks before a time limit, but they may be at
+    different steps. Each step every rank posts a 1-element Iallreduce (MAX) of
+    its "stop" flag and reads the result posted one step earlier (long
+    complete by then, so this adds no wait): all ranks see the same value at
+    the same step and stop together.
+    """
+
+    def __init__(self, comm):
+        import signal
+
+        self.comm, self.flag = comm, False
+        self.bufs = [np.zeros(1, np.float32), np.zeros(1, np.float32)]
+        self.req, self.i = None, 0
+        self._old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread
+                pass
+
+    def _handler(self, signum, frame):
+        self.flag = True
+
+    def should_stop(self) -> bool:
+        if self.comm.size == 1:
+            return self.flag
+        stop = False
+        if self.req is not None:
+            self.req.wait()
+            stop = self.req.buf[0] > 0
+        buf = self.bufs[self.i]
+        self.i ^= 1
+        buf[0] = 1.0 if self.flag else 0.0
+        self.req = self.comm.iallreduce(buf, tag="stop")
+        return bool(stop)
+
+    def close(self) -> None:
+        import signal
+
+        if self.req is not None:
+            self.req.wait()
+            self.req = None
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def _json_default(o):

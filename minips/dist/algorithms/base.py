@@ -4,6 +4,7 @@ binding, the initial broadcast, and the driving interface::
     algo = make_algorithm(name, model.parameters(), optimizer, comm, **options)
     algo.start()                 # broadcast initial weights from rank 0
     for batch in loader:
+        algo.before_forward()    # e.g. look-ahead weights
         loss = model.loss(batch)
         algo.before_backward()   # e.g. choose the gradient buffer, arm hooks
         loss.backward()          # hooks may post Iallreduce per bucket
@@ -76,6 +77,9 @@ class Algorithm:
             nn_module.forward_callbacks.append(self.comm.progress)
             self._callbacks_on = True
 
+    def before_forward(self) -> None:
+        """Hook before the forward pass (e.g. move to look-ahead weights)."""
+
     def before_backward(self) -> None:
         """Zero the gradient buffer backward will accumulate into."""
         self.flat.grads[self.flat.current].fill(0)
@@ -83,9 +87,14 @@ class Algorithm:
     def step(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def drain(self) -> None:
+        """Complete every outstanding request and keep its result (for a
+        checkpoint); training can continue afterwards."""
+        self.comm.wait_all()
+
     def finish(self) -> None:
         """Complete every outstanding request; disarm progress polling."""
-        self.comm.wait_all()
+        self.drain()
         if self._callbacks_on:
             autograd.backward_callbacks.remove(self.comm.progress)
             nn_module.forward_callbacks.remove(self.comm.progress)

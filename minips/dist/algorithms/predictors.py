@@ -1,0 +1,346 @@
+"""Gradient predictors for pseudo-synchronous SGD.
+
+At step t the averaged gradient ``G_{t-k}`` computed at the old weights
+``w_{t-k}`` arrives; the update needs a gradient at the current weights ``w_t``.
+A predictor turns what arrived (and the history) into the update direction::
+
+    d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})
+
+Predictors see only global quantities (averaged gradients, the replicated
+weights), so every rank computes the same ``d_t`` and replicas stay
+bit-identical. They are plain NumPy, so they also run in a one-process
+simulation (:mod:`minips.dist.staleness_lab`).
+
+- :class:`LastPredictor` (``last``): ``d_t = G_{t-k}`` (naive pseudo-sync).
+- :class:`EMAPredictor` (``ema``): exponential smoothing of the arrivals.
+- :class:`HoltPredictor` (``holt``): Holt's linear (level + trend) smoothing,
+  forecasting k steps ahead.
+- :class:`LookaheadPredictor` (``lookahead``): weight prediction; the gradient
+  is computed at extrapolated weights so it is fresh when applied (SpecTrain,
+  Chen et al. 2018).
+- :class:`AdaptivePredictor` (``adaptive``, AESP): first-order correction of the
+  stale gradient with an exponentially smoothed secant curvature and an
+  adaptive confidence ``lambda_t``. Our formulation of the seed paper's
+  adaptive exponential-smoothing predictor (Wen et al., IJPP 2024); see
+  docs/distributed.md.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+__all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
+           "AdaptivePredictor", "PREDICTORS", "make_predictor"]
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Inner product of two float32 vectors (BLAS sdot, no float64 copies)."""
+    return float(np.dot(a, b))
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity (0 when either vector is zero)."""
+    nn = _dot(a, a) * _dot(b, b)
+    return _dot(a, b) / np.sqrt(nn) if nn > 0 else 0.0
+
+
+class Predictor:
+    """Base class. Subclasses implement :meth:`forecast`; the base class keeps
+    the diagnostics common to all (forecast vs. arrived gradient).
+
+    Args:
+        staleness: k >= 1, the number of steps between computing a gradient
+            and applying it.
+
+    Attributes:
+        diagnostics: dict logged every step by the Trainer:
+            ``cos_forecast`` (cosine between the forecast made for step j and
+            the gradient G_j that later arrived), ``rel_error`` (``||F_j - G_j||
+            / ||G_{j-k} - G_j||``: < 1 means better than the naive stale
+            gradient), plus predictor-specific entries.
+    """
+
+    name = "base"
+
+    def __init__(self, staleness: int = 1):
+        if staleness < 1:
+            raise ValueError(f"staleness must be >= 1, got {staleness}")
+        self.k = staleness
+        self.diagnostics: dict = {}
+        # forecasts waiting for the true gradient: (F_j, G_{j-k}) for j = t-k+1..t
+        self._pending: deque = deque()
+
+    def predict(self, G: np.ndarray, w_now: np.ndarray, w_then: np.ndarray) -> np.ndarray:
+        """Direction for this step from the arrival ``G`` = G_{t-k}.
+
+        Args:
+            G: float32 (n,) averaged gradient computed at ``w_then``.
+            w_now: float32 (n,) current weights w_t.
+            w_then: float32 (n,) weights w_{t-k} at which ``G`` was computed.
+
+        Returns:
+            float32 (n,) update direction d_t (a new array; G is not modified).
+        """
+        self._score_arrival(G)
+        d = self.forecast(G, w_now, w_then)
+        self._pending.append((d.copy(), G.copy()))
+        return d
+
+    def _score_arrival(self, G):
+        """G_j just arrived: compare it with the forecast made for step j."""
+        self.diagnostics = {}
+        if len(self._pending) < self.k:
+            return
+        F, G_naive = self._pending.popleft()
+        naive_err = np.sqrt(_dot(G_naive - G, G_naive - G))
+        self.diagnostics["cos_forecast"] = _cos(F, G)
+        self.diagnostics["rel_error"] = float(np.sqrt(_dot(F - G, F - G)) / naive_err) if naive_err > 0 else 1.0
+        self.on_arrival(G, G_naive)
+
+    def on_arrival(self, G, G_naive) -> None:
+        """Hook: ``G`` = G_j, the true gradient for the oldest pending forecast,
+        arrived; ``G_naive`` = G_{j-k}, what that forecast started from."""
+
+    def forecast(self, G, w_now, w_then) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def lookahead_weights(self, w: np.ndarray, optimizer) -> np.ndarray | None:
+        """Weights at which to compute this step's gradient (None = at ``w``)."""
+        return None
+
+    # --- checkpoint state -----------------------------------------------------
+    def state_dict(self) -> dict:
+        """Arrays and scalars to save; restored by :meth:`load_state_dict`."""
+        return {"pending_F": [f for f, _ in self._pending], "pending_G": [g for _, g in self._pending]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pending = deque(zip(state.get("pending_F", []), state.get("pending_G", [])))
+
+
+class LastPredictor(Predictor):
+    """``d_t = G_{t-k}``: apply the stale gradient as it is."""
+
+    name = "last"
+
+    def forecast(self, G, w_now, w_then):
+        return G.copy()
+
+
+class EMAPredictor(Predictor):
+    """Simple exponential smoothing of the arrivals (Brown 1956):
+    ``S_t = alpha * G_{t-k} + (1 - alpha) * S_{t-1}``, ``d_t = S_t``.
+
+    Args:
+        alpha: smoothing weight of the newest arrival, in (0, 1].
+    """
+
+    name = "ema"
+
+    def __init__(self, staleness: int = 1, alpha: float = 0.5):
+        super().__init__(staleness)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"ema: alpha must be in (0, 1], got {alpha}")
+        self.alpha = alpha
+        self.S = None
+
+    def forecast(self, G, w_now, w_then):
+        if self.S is None:
+            self.S = G.copy()
+        else:
+            self.S = self.alpha * G + (1 - self.alpha) * self.S
+        return self.S.astype(np.float32, copy=True)
+
+    def state_dict(self):
+        return {**super().state_dict(), "S": self.S}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.S = state.get("S")
+
+
+class HoltPredictor(Predictor):
+    """Holt's linear exponential smoothing (Holt 1957), forecasting k steps ahead::
+
+        L_t = alpha * G_{t-k} + (1 - alpha) * (L_{t-1} + B_{t-1})     level
+        B_t = beta * (L_t - L_{t-1}) + (1 - beta) * B_{t-1}            trend
+        d_t = L_t + k * B_t
+
+    Args:
+        alpha, beta: smoothing weights in (0, 1].
+    """
+
+    name = "holt"
+
+    def __init__(self, staleness: int = 1, alpha: float = 0.5, beta: float = 0.1):
+        super().__init__(staleness)
+        for nm, v in (("alpha", alpha), ("beta", beta)):
+            if not 0 < v <= 1:
+                raise ValueError(f"holt: {nm} must be in (0, 1], got {v}")
+        self.alpha, self.beta = alpha, beta
+        self.L = self.B = None
+
+    def forecast(self, G, w_now, w_then):
+        if self.L is None:
+            self.L, self.B = G.copy(), np.zeros_like(G)
+        else:
+            L_prev = self.L
+            self.L = self.alpha * G + (1 - self.alpha) * (L_prev + self.B)
+            self.B = self.beta * (self.L - L_prev) + (1 - self.beta) * self.B
+        return (self.L + self.k * self.B).astype(np.float32)
+
+    def state_dict(self):
+        return {**super().state_dict(), "L": self.L, "B": self.B}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.L, self.B = state.get("L"), state.get("B")
+
+
+class LookaheadPredictor(Predictor):
+    """Weight prediction (SpecTrain, Chen et al. 2018; as in pipeline-parallel
+    training): compute step t's gradient at ``w_t - k * lr * mu * v_t``, where
+    the heavy-ball velocity ``v_t`` would carry the weights in the k steps
+    before the gradient is applied; then apply it unchanged (``d_t = G_{t-k}``).
+    Without momentum it is the same as ``last``.
+    """
+
+    name = "lookahead"
+
+    def forecast(self, G, w_now, w_then):
+        return G.copy()
+
+    def lookahead_weights(self, w, optimizer):
+        v = optimizer.buffers[0] if optimizer.buffers else None
+        if v is None or not optimizer.momentum:
+            return None
+        return w - np.float32(self.k * optimizer.lr * optimizer.momentum) * v
+
+
+class AdaptivePredictor(Predictor):
+    """Adaptive exponential-smoothing predicted gradient (AESP).
+
+    Forecast the gradient at the current weights from the stale one with a
+    first-order (Taylor) correction, per coordinate::
+
+        F_t = G_{t-k} + lambda_t * h * (w_t - w_{t-k})
+
+    1. Curvature ``h`` (diagonal), an exponentially smoothed secant between
+       consecutive arrivals (j' = j-1 < j)::
+
+           dG = G_j - G_j',  dw = w_j - w_j'
+           Sgw = rho * Sgw + (1-rho) * dG * dw
+           Sww = rho * Sww + (1-rho) * dw * dw
+           h = clip(Sgw / (Sww + eps), 0, h_max)
+
+    2. Confidence ``lambda_t`` in [0, 1]: when G_j arrives, regress what the naive
+       forecast missed, ``a_j = G_j - G_{j-k}``, on the correction that was applied
+       for step j, ``c_j = h * (w_j - w_{j-k})`` (with the curvature from *before*
+       G_j arrived: recomputing it with G_j would correlate the noise of G_j
+       with both sides and bias lambda to 0)::
+
+           num = rho_l * num + (1-rho_l) * <a_j, c_j>
+           den = rho_l * den + (1-rho_l) * <c_j, c_j>
+           lambda = clip(num / den, 0, 1)
+
+    Args:
+        rho: smoothing of the curvature statistics (default 0.9).
+        rho_l: smoothing of the confidence regression (default 0.99).
+        h_max: upper clip of the curvature (default 50).
+        lambda0: initial confidence (default 1).
+        eps: guards the division in h (default 1e-12).
+        adapt_lambda: if False, lambda stays at lambda0 (an ablation).
+
+    Diagnostics: ``lambda``, ``h_mean``, plus ``cos_forecast`` and ``rel_error``.
+    This is our formulation of the seed paper's predictor (Wen et al., IJPP
+    2024), whose exact formulas are not public; see docs/distributed.md.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, staleness: int = 1, rho: float = 0.9, rho_l: float = 0.99, h_max: float = 50.0,
+                 lambda0: float = 1.0, eps: float = 1e-12, adapt_lambda: bool = True):
+        super().__init__(staleness)
+        for nm, v in (("rho", rho), ("rho_l", rho_l)):
+            if not 0 <= v < 1:
+                raise ValueError(f"adaptive: {nm} must be in [0, 1), got {v}")
+        if h_max <= 0:
+            raise ValueError(f"adaptive: h_max must be > 0, got {h_max}")
+        if not 0 <= lambda0 <= 1:
+            raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {lambda0}")
+        self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps
+        self.adapt_lambda = adapt_lambda
+        self.lam = float(lambda0)
+        self.num = self.den = 0.0
+        self.Sgw = self.Sww = self.h = None
+        self.G_prev = self.w_prev = None  # the previous arrival, for the secant
+        self._corrections: deque = deque()  # c_j for the forecasts awaiting their G_j
+
+    # Step 3 of the docstring: the confidence regression, at the arrival of G_j.
+    def _update_confidence(self, G, G_naive, c):
+        a = G - G_naive
+        self.num = self.rho_l * self.num + (1 - self.rho_l) * _dot(a, c)
+        self.den = self.rho_l * self.den + (1 - self.rho_l) * _dot(c, c)
+        if self.adapt_lambda and self.den > 0:
+            self.lam = float(np.clip(self.num / self.den, 0.0, 1.0))
+
+    # Step 1: the secant curvature between consecutive arrivals.
+    def _update_curvature(self, G, w_then):
+        if self.G_prev is not None:
+            dG, dw = G - self.G_prev, w_then - self.w_prev
+            self.Sgw = self.rho * self.Sgw + (1 - self.rho) * dG * dw
+            self.Sww = self.rho * self.Sww + (1 - self.rho) * dw * dw
+            self.h = np.clip(self.Sgw / (self.Sww + self.eps), 0.0, self.h_max).astype(np.float32)
+        else:
+            self.Sgw, self.Sww = np.zeros_like(G), np.zeros_like(G)
+            self.h = np.zeros_like(G)
+        self.G_prev, self.w_prev = G.copy(), w_then.copy()
+
+    def on_arrival(self, G, G_naive):
+        # Confidence first, with the correction formed before G arrived.
+        self._update_confidence(G, G_naive, self._corrections.popleft())
+
+    def forecast(self, G, w_now, w_then):
+        # Step 2: the forecast, with the curvature from before G arrived (so the
+        # correction c_t shares no minibatch noise with G; see step 3).
+        c = self.h * (w_now - w_then) if self.h is not None else np.zeros_like(G)
+        self._corrections.append(c)
+        F = (G + np.float32(self.lam) * c).astype(np.float32)
+        self._update_curvature(G, w_then)
+        self.diagnostics.update({"lambda": self.lam, "h_mean": float(self.h.mean())})
+        return F
+
+    def state_dict(self):
+        return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den,
+                "Sgw": self.Sgw, "Sww": self.Sww, "h": self.h, "G_prev": self.G_prev,
+                "w_prev": self.w_prev, "corrections": list(self._corrections)}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.lam, self.num, self.den = float(state["lam"]), float(state["num"]), float(state["den"])
+        self.Sgw, self.Sww, self.h = state.get("Sgw"), state.get("Sww"), state.get("h")
+        self.G_prev, self.w_prev = state.get("G_prev"), state.get("w_prev")
+        self._corrections = deque(state.get("corrections", []))
+
+
+PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
+                                        AdaptivePredictor)}
+
+
+def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:
+    """Build a predictor by name with its options.
+
+    Raises:
+        ValueError: unknown name (valid ones listed) or unknown option (valid
+            options of that predictor listed).
+    """
+    import inspect
+    if name not in PREDICTORS:
+        raise ValueError(f"unknown predictor {name!r}; choose one of {', '.join(PREDICTORS)}")
+    cls = PREDICTORS[name]
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "staleness"}
+    bad = sorted(set(options) - accepted)
+    if bad:
+        raise ValueError(f"predictor {name!r} has no option(s) {', '.join(bad)}; "
+                         f"its options: {', '.join(sorted(accepted)) or 'none'}")
+    return cls(staleness, **options)

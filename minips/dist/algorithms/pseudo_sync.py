@@ -1,0 +1,151 @@
+"""Pseudo-synchronous SGD: update with a k-step-old averaged gradient while the
+allreduce of the fresh one runs in the background.
+
+After Wen, Qiu, Zhang, Huang, Xiao & Lin, "Accelerating Massively Distributed
+Deep Learning Through Efficient Pseudo-Synchronous Update Method", Int. J.
+Parallel Programming (2024). Step t on every rank (k = staleness >= 1)::
+
+    1. g_t = local gradient at w_t                       (forward + backward)
+    2. r_t = Iallreduce(g_t)                            (progresses during step t+1)
+    3. G_{t-k} = wait(r_{t-k}) / P                      (usually already complete)
+    4. d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})
+    5. w_{t+1} = optimizer(w_t, d_t)                    (momentum acts on d_t)
+
+Every rank applies the same d_t to the same w_t, so the replicas stay
+bit-identical: the method is synchronous in its maths ("pseudo") but the
+network never stalls the computation unless an allreduce takes longer than k
+steps of compute.
+
+Pipeline fill: in steps 0..k-1 no result has arrived, so those steps post their
+allreduce and do not update (as the start-up phase of a pipeline). Each
+averaged gradient is applied exactly once, k steps after it was computed.
+
+Buffers: k+1 flat gradient buffers rotate: up to k in flight (read-only while
+pending) and one that the next backward writes into.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from . import register
+from .base import Algorithm
+from .predictors import make_predictor
+
+__all__ = ["PseudoSyncSGD"]
+
+
+class _Pending:
+    """One gradient in the pipeline: either still in flight (``req`` and the
+    buffer it lives in) or already averaged (``G``, a private copy)."""
+
+    __slots__ = ("req", "buf", "G", "w_then", "step")
+
+    def __init__(self, req, buf, w_then, step, G=None):
+        self.req, self.buf, self.w_then, self.step, self.G = req, buf, w_then, step, G
+
+
+@register
+class PseudoSyncSGD(Algorithm):
+    """Stale-by-k data-parallel SGD with a gradient predictor.
+
+    Args:
+        staleness: k >= 1 (default 1).
+        predictor: ``last``, ``ema``, ``holt``, ``lookahead`` or ``adaptive``
+            (default; see :mod:`minips.dist.algorithms.predictors`).
+        predictor_options: dict of the predictor's options (e.g. ``{"rho": 0.9}``).
+
+    Raises:
+        ValueError: staleness < 1, unknown predictor or option.
+    """
+
+    name = "pseudo-sync"
+
+    def __init__(self, params, optimizer, comm, staleness: int = 1, predictor: str = "adaptive",
+                 predictor_options: dict | None = None):
+        if staleness < 1:
+            raise ValueError(f"pseudo-sync needs staleness >= 1, got {staleness} "
+                             "(staleness 0 is plain synchronous SGD: use --algo sync)")
+        self.predictor = make_predictor(predictor, staleness, **(predictor_options or {}))
+        super().__init__(params, optimizer, comm, num_grad_buffers=staleness + 1)
+        self.k = staleness
+        self.pipeline: deque[_Pending] = deque()
+        self.free = deque(range(1, staleness + 1))  # buffer 0 is current
+        self._w_actual = None
+
+    def describe(self) -> str:
+        return f"{self.name} (k={self.k}, predictor={self.predictor.name})"
+
+    def before_forward(self) -> None:
+        """``lookahead``: compute this step's gradient at extrapolated weights."""
+        la = self.predictor.lookahead_weights(self.flat.weights, self.optimizer)
+        if la is not None:
+            self._w_actual = self.flat.weights.copy()
+            self.flat.weights[...] = la
+
+    def step(self) -> None:
+        if self._w_actual is not None:  # undo the lookahead before updating
+            self.flat.weights[...] = self._w_actual
+            self._w_actual = None
+        self._post_fresh_gradient()
+        self.log = {}
+        if len(self.pipeline) > self.k:
+            G, w_then = self._complete_oldest()
+            with self.timer.phase("predict"):
+                d = self.predictor.predict(G, self.flat.weights, w_then)
+            if self._released is not None:  # G consumed: its buffer is reusable
+                self.free.append(self._released)
+            self.apply_update(d)
+            self.log = dict(self.predictor.diagnostics)
+        self.flat.use_grad_buffer(self.free.popleft())
+        self.end_step()
+
+    # 2. Start averaging the fresh gradient; it completes while the next step computes.
+    def _post_fresh_gradient(self) -> None:
+        cur = self.flat.current
+        with self.timer.phase("post"):
+            req = self.comm.iallreduce(self.flat.grads[cur], lock=self.flat.grad_views(cur),
+                                       tag=self.step_count)
+        self.pipeline.append(_Pending(req, cur, self.flat.weights.copy(), self.step_count))
+
+    # 3. The oldest gradient, averaged: G_{t-k} and the weights it was computed at.
+    def _complete_oldest(self):
+        item = self.pipeline.popleft()
+        self._released = None
+        if item.G is not None:  # already drained (after finish() or a checkpoint)
+            return item.G, item.w_then
+        with self.timer.phase("wait"):
+            item.req.wait()
+        self._released = item.buf
+        return self.average(self.flat.grads[item.buf]), item.w_then
+
+    def drain(self) -> None:
+        """Wait for every gradient in flight and keep it (averaged) in the
+        pipeline, so that training can continue (or be checkpointed) with the
+        same trajectory. Nothing is applied."""
+        for item in self.pipeline:
+            if item.G is None:
+                item.req.wait()
+                item.G = self.average(self.flat.grads[item.buf]).copy()
+                self.free.append(item.buf)
+                item.req, item.buf = None, None
+        super().drain()
+
+    # --- checkpoint state -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Completed-but-unapplied gradients (call :meth:`finish` first so none is
+        in flight), the weights they were computed at, and the predictor state."""
+        if any(item.G is None for item in self.pipeline):
+            raise RuntimeError("pseudo-sync state_dict with requests in flight: call finish() first")
+        return {**super().state_dict(),
+                "pipeline_G": [item.G for item in self.pipeline],
+                "pipeline_w": [item.w_then for item in self.pipeline],
+                "pipeline_step": [item.step for item in self.pipeline],
+                "predictor": self.predictor.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.pipeline = deque(_Pending(None, None, np.asarray(w, np.float32), int(s), G=np.asarray(G, np.float32))
+                              for G, w, s in zip(state["pipeline_G"], state["pipeline_w"], state["pipeline_step"]))
+        self.predictor.load_state_dict(state["predictor"])

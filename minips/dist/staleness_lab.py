@@ -1,0 +1,129 @@
+"""A laboratory for staleness: stale-by-k SGD on a small least-squares problem,
+in one process, with the same predictors as :class:`PseudoSyncSGD`.
+
+Why: on a quadratic the effect of a stale gradient is visible in seconds and
+can be reasoned about exactly (the Hessian is known), which is what tutorial 8
+and the predictor tests use. The step rule is the one of
+:mod:`minips.dist.algorithms.pseudo_sync`::
+
+    step t:  g_t = grad(w_t, batch_t)            (the "allreduce" of g_t starts)
+             if t >= k:  G = g_{t-k};  d_t = predictor.predict(G, w_t, w_{t-k})
+                         w_{t+1} = SGD(w_t, d_t)  (momentum acts on d_t)
+             else:       w_{t+1} = w_t            (pipeline fill: nothing arrived yet)
+
+With ``k = 0`` it is plain (synchronous) minibatch SGD.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..optim import SGD
+from .algorithms.predictors import Predictor, make_predictor
+
+__all__ = ["LeastSquares", "run_stale_sgd"]
+
+
+@dataclass
+class LeastSquares:
+    """``f(w) = 1/(2m) ||X w - y||^2`` with a Hessian of chosen conditioning.
+
+    Rows of X are ``z * sqrt(eig)`` rotated by a random orthogonal Q, so the
+    Hessian ``X^T X / m`` is close to ``Q diag(eig) Q^T`` with ``eig``
+    log-spaced from 1 down to ``1/cond``. Targets ``y = X w* + noise``.
+
+    Args:
+        d: dimension; m: number of samples; cond: condition number;
+        noise: standard deviation of the target noise; seed: generator seed;
+        rotate: rotate the eigenbasis randomly (a dense Hessian, as in a real
+            network) or keep it axis-aligned (a diagonal Hessian, where a
+            per-coordinate curvature estimate can be exact).
+    """
+    d: int = 200
+    m: int = 4000
+    cond: float = 1000.0
+    noise: float = 0.1
+    seed: int = 0
+    rotate: bool = True
+
+    def __post_init__(self):
+        r = np.random.default_rng(self.seed)
+        eig = np.logspace(0, -np.log10(self.cond), self.d)
+        Q, _ = np.linalg.qr(r.standard_normal((self.d, self.d)))
+        if not self.rotate:  # axis-aligned: a diagonal Hessian
+            Q = np.eye(self.d)
+        self.X = (r.standard_normal((self.m, self.d)) * np.sqrt(eig)) @ Q.T
+        self.w_star = r.standard_normal(self.d)
+        self.y = self.X @ self.w_star + self.noise * r.standard_normal(self.m)
+        self.X, self.y = self.X.astype(np.float32), self.y.astype(np.float32)
+
+    def loss(self, w: np.ndarray) -> float:
+        """Full-data loss minus the noise floor's share is not subtracted: float."""
+        r = self.X @ w - self.y
+        return float(0.5 * np.mean(r.astype(np.float64) ** 2))
+
+    def grad(self, w: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Minibatch gradient (float32, (d,)) on rows ``idx``."""
+        Xb = self.X[idx]
+        return (Xb.T @ (Xb @ w - self.y[idx]) / len(idx)).astype(np.float32)
+
+
+def run_stale_sgd(problem: LeastSquares, predictor: str | Predictor = "last", staleness: int = 1,
+                  lr: float = 0.05, momentum: float = 0.9, steps: int = 1500, batch: int = 32,
+                  seed: int = 0, predictor_options: dict | None = None, record_every: int = 1) -> dict:
+    """Run stale-by-k SGD and return the loss curve and diagnostics.
+
+    Args:
+        problem: the :class:`LeastSquares` instance.
+        predictor: a name (``last``, ``ema``, ``holt``, ``lookahead``, ``adaptive``)
+            or a :class:`Predictor`.
+        staleness: k >= 0 (0 = synchronous SGD, no predictor).
+        lr, momentum: heavy-ball SGD hyper-parameters.
+        steps: number of steps; batch: minibatch size; seed: batch sampling seed.
+        record_every: record the full loss every this many steps.
+
+    Returns:
+        ``{"loss": [..], "final_loss": float, "diverged": bool, "diagnostics": [..]}``;
+        a run whose loss exceeds 1e6 or becomes non-finite stops early with
+        ``diverged=True``.
+    """
+    rng = np.random.default_rng(seed)
+    w = np.zeros(problem.d, np.float32)
+    opt = SGD([_Flat(w)], lr=lr, momentum=momentum)
+    pred = None
+    if staleness > 0:
+        pred = predictor if isinstance(predictor, Predictor) else \
+            make_predictor(predictor, staleness, **(predictor_options or {}))
+    in_flight: deque = deque()  # (g_j, w_j) for j = t-k..t
+    losses, diags, diverged = [], [], False
+    for t in range(steps):
+        w_for_grad = w
+        if pred is not None:
+            la = pred.lookahead_weights(w, opt)
+            w_for_grad = w if la is None else la
+        g = problem.grad(w_for_grad, rng.integers(0, problem.m, batch))
+        if pred is None:
+            opt.apply(0, w, g)
+        else:
+            in_flight.append((g, w.copy()))
+            if len(in_flight) > staleness:
+                G, w_then = in_flight.popleft()
+                d = pred.predict(G, w, w_then)
+                opt.apply(0, w, d)
+                diags.append(dict(pred.diagnostics))
+        if t % record_every == 0 or t == steps - 1:
+            f = problem.loss(w)
+            losses.append(f)
+            if not np.isfinite(f) or f > 1e6:
+                diverged = True
+                break
+    return {"loss": losses, "final_loss": losses[-1], "diverged": diverged, "diagnostics": diags}
+
+
+class _Flat:
+    """A bare parameter for the optimizer: the weight vector itself."""
+
+    def __init__(self, w):
+        self.data, self.grad, self.shape, self.dtype = w, None, w.shape, w.dtype
