@@ -39,7 +39,7 @@ import numpy as np
 
 from .costmodel import NetworkModel, parse_network
 
-__all__ = ["Comm", "Request", "get_comm", "launched_by_mpi", "PROGRESS_MODES"]
+__all__ = ["Comm", "Request", "get_comm", "launched_by_mpi", "run_or_abort", "PROGRESS_MODES"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -349,6 +349,19 @@ def get_comm(network=None, progress: str = "poll") -> Comm:
             _world.progress_mode = progress
             _world._thread = _ProgressThread() if (progress == "thread" and _world.size > 1) else None
     return _world
+
+
+def run_or_abort(fn, *args, **kwargs):
+    """Call ``fn``; if it raises on any rank of a multi-rank job, print the error
+    and abort the whole job (``MPI_Abort``) instead of letting the other ranks
+    wait forever in their next collective. Returns ``fn``'s result."""
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001
+        comm = _world
+        if comm is not None and comm.size > 1 and not isinstance(e, (SystemExit, KeyboardInterrupt)):
+            abort_on_exception(comm, e)
+        raise
 
 
 def abort_on_exception(comm: Comm, exc: BaseException) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from ..optim import SGD
 from .algorithms.predictors import Predictor, make_predictor
 
-__all__ = ["LeastSquares", "run_stale_sgd"]
+__all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd"]
 
 
 @dataclass
@@ -70,56 +70,64 @@ class LeastSquares:
         return (Xb.T @ (Xb @ w - self.y[idx]) / len(idx)).astype(np.float32)
 
 
-def run_stale_sgd(problem: LeastSquares, predictor: str | Predictor = "last", staleness: int = 1,
-                  lr: float = 0.05, momentum: float = 0.9, steps: int = 1500, batch: int = 32,
-                  seed: int = 0, predictor_options: dict | None = None, record_every: int = 1) -> dict:
-    """Run stale-by-k SGD and return the loss curve and diagnostics.
+def simulate_stale_sgd(grad_fn, w0: np.ndarray, predictor: str | Predictor = "last", staleness: int = 1,
+                       lr: float = 0.05, momentum: float = 0.9, steps: int = 100, loss_fn=None,
+                       predictor_options: dict | None = None, record_every: int = 1,
+                       diverge_at: float = 1e6) -> dict:
+    """The stale-by-k rule in one process, for any gradient oracle.
 
     Args:
-        problem: the :class:`LeastSquares` instance.
-        predictor: a name (``last``, ``ema``, ``holt``, ``lookahead``, ``adaptive``)
-            or a :class:`Predictor`.
-        staleness: k >= 0 (0 = synchronous SGD, no predictor).
-        lr, momentum: heavy-ball SGD hyper-parameters.
-        steps: number of steps; batch: minibatch size; seed: batch sampling seed.
-        record_every: record the full loss every this many steps.
+        grad_fn: ``grad_fn(w, t) -> g``, float32 (n,) gradient at weights ``w``
+            (float32 (n,)) for step ``t`` (e.g. of the global batch of step t).
+        w0: initial weights (copied).
+        predictor: name or :class:`Predictor`; staleness: k >= 0 (0 = sync SGD).
+        lr, momentum: heavy-ball SGD (:class:`minips.optim.SGD`).
+        steps: number of steps. loss_fn: optional ``loss_fn(w) -> float``
+            recorded every ``record_every`` steps; a loss above ``diverge_at``
+            or non-finite stops the run with ``diverged=True``.
 
     Returns:
-        ``{"loss": [..], "final_loss": float, "diverged": bool, "diagnostics": [..]}``;
-        a run whose loss exceeds 1e6 or becomes non-finite stops early with
-        ``diverged=True``.
+        ``{"w": final weights, "loss": [...], "final_loss", "diverged", "diagnostics": [...]}``.
     """
-    rng = np.random.default_rng(seed)
-    w = np.zeros(problem.d, np.float32)
+    w = np.array(w0, dtype=np.float32, copy=True)
     opt = SGD([_Flat(w)], lr=lr, momentum=momentum)
     pred = None
     if staleness > 0:
         pred = predictor if isinstance(predictor, Predictor) else \
             make_predictor(predictor, staleness, **(predictor_options or {}))
-    in_flight: deque = deque()  # (g_j, w_j) for j = t-k..t
+    in_flight: deque = deque()  # (g_j, w_j) for the last k steps
     losses, diags, diverged = [], [], False
     for t in range(steps):
-        w_for_grad = w
-        if pred is not None:
-            la = pred.lookahead_weights(w, opt)
-            w_for_grad = w if la is None else la
-        g = problem.grad(w_for_grad, rng.integers(0, problem.m, batch))
+        la = pred.lookahead_weights(w, opt) if pred is not None else None
+        g = grad_fn(w if la is None else la, t)
         if pred is None:
             opt.apply(0, w, g)
         else:
             in_flight.append((g, w.copy()))
             if len(in_flight) > staleness:
                 G, w_then = in_flight.popleft()
-                d = pred.predict(G, w, w_then)
-                opt.apply(0, w, d)
+                opt.apply(0, w, pred.predict(G, w, w_then))
                 diags.append(dict(pred.diagnostics))
-        if t % record_every == 0 or t == steps - 1:
-            f = problem.loss(w)
+        if loss_fn is not None and (t % record_every == 0 or t == steps - 1):
+            f = loss_fn(w)
             losses.append(f)
-            if not np.isfinite(f) or f > 1e6:
+            if not np.isfinite(f) or f > diverge_at:
                 diverged = True
                 break
-    return {"loss": losses, "final_loss": losses[-1], "diverged": diverged, "diagnostics": diags}
+    return {"w": w, "loss": losses, "final_loss": losses[-1] if losses else None,
+            "diverged": diverged, "diagnostics": diags}
+
+
+def run_stale_sgd(problem: LeastSquares, predictor: str | Predictor = "last", staleness: int = 1,
+                  lr: float = 0.05, momentum: float = 0.9, steps: int = 1500, batch: int = 32,
+                  seed: int = 0, predictor_options: dict | None = None, record_every: int = 1) -> dict:
+    """Stale-by-k SGD on a :class:`LeastSquares` problem from w = 0, minibatches
+    of ``batch`` rows drawn with ``seed``; see :func:`simulate_stale_sgd`."""
+    rng = np.random.default_rng(seed)
+    batches = [rng.integers(0, problem.m, batch) for _ in range(steps)]
+    return simulate_stale_sgd(lambda w, t: problem.grad(w, batches[t]), np.zeros(problem.d, np.float32),
+                              predictor, staleness, lr, momentum, steps, problem.loss,
+                              predictor_options, record_every)
 
 
 class _Flat:

@@ -1,0 +1,137 @@
+"""MPI tests: each launches ``mpiexec -n P`` from pytest with a timeout.
+
+What they check: N-rank synchronous SGD equals 1-rank SGD on the N-times batch;
+pseudo-sync equals a one-process simulation of the stale-by-k rule; replicas
+stay bit-identical; nothing is left pending; a failing rank aborts the job.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.mpi
+WORKER = str(Path(__file__).with_name("mpi_worker.py"))
+MPIEXEC = shutil.which("mpiexec")
+if MPIEXEC is None:  # pragma: no cover - the mpi extra installs it
+    pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
+
+
+def launch(n, opts, tmp_path, timeout=120, expect_ok=True):
+    """Run the worker on n ranks (n=0: plain python, one process); returns (npz or None, proc)."""
+    out = tmp_path / f"out-{n}-{abs(hash(json.dumps(opts, sort_keys=True)))}.npz"
+    cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
+    if n:
+        cmd = [MPIEXEC, "-n", str(n), *cmd]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    if expect_ok:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return np.load(out), proc
+    return None, proc
+
+
+# float32 sums in a different order (per-rank means, then the allreduce) agree
+# with the big-batch mean to a few ulps per step; over 12 steps of SGD with
+# momentum the weights agree to ~1e-6 relative.
+RTOL, ATOL = 2e-5, 2e-6
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+@pytest.mark.parametrize("algo", ["sync", "overlap-sync"])
+def test_sync_on_P_ranks_equals_one_rank_with_P_times_batch(P, algo, tmp_path):
+    many, _ = launch(P, {"algo": algo, "steps": 12, "batch": 8}, tmp_path)
+    one, _ = launch(0, {"algo": "sync", "steps": 12, "batch": 8 * P}, tmp_path)
+    np.testing.assert_allclose(many["weights"], one["weights"], rtol=RTOL, atol=ATOL)
+    assert len(set(many["hashes"].tolist())) == 1 and int(many["pending"]) == 0
+
+
+def _reference_stale_run(P, batch, steps, predictor, staleness):
+    """One-process simulation of the stale-by-k rule on the same model and global batches."""
+    import minips as mp
+    from minips.data import BatchLoader, DistributedSampler
+    from minips.dist.flat import FlatParams
+    from minips.dist.staleness_lab import simulate_stale_sgd
+    from minips.models import MLP
+
+    sys.path.insert(0, str(Path(WORKER).parent))
+    from mpi_worker import synthetic
+
+    mp.random.seed(0)
+    model = MLP(20, (16,), 4)
+    flat = FlatParams(model.parameters())
+    x, y = synthetic()
+    loader = BatchLoader(x, y, batch * P, DistributedSampler(len(x), 0, 1, seed=3))
+    batches = []
+    while len(batches) < steps:
+        batches += list(loader)
+    saved = flat.weights.copy()
+
+    def grad_fn(w, t):
+        flat.weights[...] = w
+        flat.grads[0].fill(0)
+        model.loss(batches[t]).backward()
+        return flat.grads[0].copy()
+
+    return simulate_stale_sgd(grad_fn, saved, predictor, staleness, lr=0.1, momentum=0.9, steps=steps)["w"]
+
+
+@pytest.mark.parametrize("predictor,staleness,P", [("last", 1, 2), ("adaptive", 1, 2), ("adaptive", 2, 3),
+                                                   ("lookahead", 1, 2), ("holt", 2, 2)])
+def test_pseudo_sync_equals_one_process_simulation(predictor, staleness, P, tmp_path):
+    run, _ = launch(P, {"algo": "pseudo-sync", "steps": 12, "batch": 8, "predictor": predictor,
+                        "staleness": staleness}, tmp_path)
+    ref = _reference_stale_run(P, 8, 12, predictor, staleness)
+    np.testing.assert_allclose(run["weights"], ref, rtol=RTOL, atol=ATOL)
+    assert len(set(run["hashes"].tolist())) == 1 and int(run["pending"]) == 0
+
+
+@pytest.mark.parametrize("progress", ["none", "poll", "thread"])
+@pytest.mark.parametrize("algo", ["sync", "overlap-sync", "pseudo-sync"])
+def test_replicas_identical_and_nothing_pending(algo, progress, tmp_path):
+    run, _ = launch(3, {"algo": algo, "steps": 15, "batch": 8, "progress": progress,
+                        "predictor": "adaptive", "perturb_rank0": True}, tmp_path)
+    assert len(set(run["hashes"].tolist())) == 1
+    assert int(run["pending"]) == 0
+    assert int(run["steps"]) == 15
+
+
+def test_one_failing_rank_aborts_the_job(tmp_path):
+    _, proc = launch(3, {"algo": "pseudo-sync", "steps": 50, "fail_rank": 1, "fail_step": 3},
+                     tmp_path, timeout=60, expect_ok=False)
+    assert proc.returncode != 0
+    assert "injected failure on rank 1 at step 3" in proc.stderr
+    assert "aborting all ranks" in proc.stderr
+
+
+def test_writing_a_buffer_in_flight_fails_loudly(tmp_path):
+    _, proc = launch(2, {"algo": "pseudo-sync", "steps": 5, "write_in_flight": True, "progress": "none"},
+                     tmp_path, timeout=60, expect_ok=False)
+    assert proc.returncode != 0
+    assert "read-only" in proc.stderr
+
+
+def test_emulated_network_delays_completion(tmp_path):
+    # 2 ranks, 1 MB over a 1 Gb/s link: ring allreduce ~ 2*50us + 1MB*8ns = ~8.5 ms.
+    script = (
+        "import time, numpy as np\n"
+        "from minips.dist.comm import get_comm\n"
+        "c = get_comm(network='1gbe')\n"
+        "b = np.ones(262144, np.float32)\n"
+        "t0 = time.perf_counter(); r = c.iallreduce(b); early = r.test(); r.wait()\n"
+        "dt = time.perf_counter() - t0\n"
+        "expect = c.network.allreduce_time(b.nbytes, 2)\n"
+        "assert not early and dt >= expect, (early, dt, expect)\n"
+        "assert b[0] == 2.0\n"
+        "t0 = time.perf_counter(); c.allreduce(b); assert time.perf_counter() - t0 >= expect\n"
+        "print('ok', dt, expect)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ok") == 2
