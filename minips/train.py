@@ -255,7 +255,7 @@ class Trainer:
         bar.close()
         self.algo.finish()  # drain the pipeline: no request left pending
         stopper.close()
-        if stopped == "signal" or (stopped == "max_steps" and cfg.checkpoint_every):
+        if stopped == "signal" or cfg.checkpoint_every:  # the final state, to continue or inspect
             self.save_checkpoint(out / "checkpoint.h5")
             if stopped == "signal":
                 self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / 'checkpoint.h5'} "

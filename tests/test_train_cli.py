@@ -1,0 +1,153 @@
+"""The train command: outputs, config files, errors a user can cause,
+checkpoint/resume on the same trajectory, SIGTERM, NaN."""
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from minips import checkpoint
+
+from .conftest import ROOT, run_cli
+
+MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet"]
+MPIEXEC = shutil.which("mpiexec")
+
+
+def test_train_writes_metrics_and_summary(tmp_path):
+    out = tmp_path / "run"
+    r = run_cli(["train", *MLP, "--epochs", "2", "--batch-size", "256", "--algo", "sync", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(x["epoch"]) for x in rows] == [1, 2]
+    assert {"train_loss", "test_loss", "test_accuracy", "seconds"} <= set(rows[0])
+    s = json.loads((out / "summary.json").read_text())
+    for key in ("test_accuracy", "test_loss", "epochs", "steps", "wall_time_s", "world_size", "algo", "model",
+                "data", "seed", "images_per_s", "time_breakdown", "predictor", "staleness"):
+        assert key in s, key
+    assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
+    assert s["test_accuracy"] > 0.7
+    trace = list(csv.DictReader(open(out / "trace.csv")))
+    assert len(trace) == s["steps"] and "wait" in trace[0]
+
+
+def test_config_file_and_flag_override(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('model = "mlp"\nepochs = 1\nbatch-size = 500\nlr = 0.01\nalgo = "sync"\nquiet = true\n')
+    out = tmp_path / "run"
+    r = run_cli(["train", "--config", str(cfg), "--lr", "0.02", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["lr"] == 0.02 and s["batch_size_per_rank"] == 500 and s["steps"] == 20
+    cfg.write_text('model = "mlp"\nlearning_rate = 0.1\n')
+    r = run_cli(["train", "--config", str(cfg)])
+    assert r.returncode == 2
+    assert "unknown key 'learning_rate'" in r.stderr and "lr" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--algo", "magic"], "unknown algorithm 'magic'; choose one of sync, overlap-sync, pseudo-sync"),
+    (["--staleness", "0"], "--staleness must be >= 1"),
+    (["--data", "missing.h5"], "data file missing.h5 does not exist"),
+    (["--data", "cifar"], "unknown data set 'cifar'"),
+    (["--model", "resnet"], "unknown model 'resnet'"),
+    (["--predictor", "oracle"], "unknown predictor 'oracle'"),
+    (["--network", "wifi"], "unknown network 'wifi'"),
+    (["--batch-size", "20000"], "larger than this rank's share"),
+    (["--resume", "nope.h5"], "checkpoint nope.h5 does not exist"),
+])
+def test_bad_input_gives_a_clear_message(args, message, tmp_path):
+    r = run_cli(["train", *MLP, "--epochs", "1", "--out", str(tmp_path / "x"), *args])
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_nan_loss_stops_with_the_step(tmp_path):
+    r = run_cli(["train", *MLP, "--epochs", "1", "--algo", "sync", "--lr", "1e4", "--momentum", "0.99",
+                 "--out", str(tmp_path / "x")])
+    assert r.returncode == 2
+    assert "training diverged" in r.stderr and "at step" in r.stderr
+
+
+def _weights(path):
+    return np.asarray(checkpoint.load(path)["weights"])
+
+
+@pytest.mark.parametrize("algo", ["pseudo-sync", "sync"])
+def test_resume_continues_the_same_trajectory(algo, tmp_path):
+    common = [*MLP, "--epochs", "2", "--batch-size", "256", "--algo", algo, "--predictor", "adaptive",
+              "--staleness", "2"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    r = run_cli(["train", *common, "--checkpoint-every", "1000", "--out", str(full)])
+    assert r.returncode == 0, r.stderr
+    r = run_cli(["train", *common, "--checkpoint-every", "25", "--max-steps", "50", "--out", str(part)])
+    assert r.returncode == 0, r.stderr
+    assert checkpoint.load(part / "checkpoint.h5")["step"] == 50
+    r = run_cli(["train", *common, "--resume", str(part / "checkpoint.h5"), "--checkpoint-every", "1000",
+                 "--out", str(part)])
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(_weights(full / "checkpoint.h5"), _weights(part / "checkpoint.h5"))
+    a = json.loads((full / "summary.json").read_text())
+    b = json.loads((part / "summary.json").read_text())
+    assert a["test_accuracy"] == b["test_accuracy"] and len(b["history"]) == 2
+
+
+def test_resume_refuses_a_different_configuration(tmp_path):
+    out = tmp_path / "a"
+    r = run_cli(["train", *MLP, "--epochs", "1", "--max-steps", "5", "--checkpoint-every", "5", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    r = run_cli(["train", *MLP, "--epochs", "1", "--lr", "0.5", "--resume", str(out / "checkpoint.h5")])
+    assert r.returncode == 2 and "different run configuration" in r.stderr and "lr: checkpoint 0.05" in r.stderr
+
+
+@pytest.mark.mpi
+def test_mpi_resume_equality_and_world_size_check(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+
+    def mpirun(n, args):
+        return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "minips", "train", *args],
+                              capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+    common = [*MLP, "--epochs", "1", "--batch-size", "128", "--check-replicas", "5"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    r = mpirun(2, [*common, "--checkpoint-every", "1000", "--out", str(full)])
+    assert r.returncode == 0, r.stderr
+    r = mpirun(2, [*common, "--max-steps", "17", "--checkpoint-every", "17", "--out", str(part)])
+    assert r.returncode == 0, r.stderr
+    r = mpirun(2, [*common, "--resume", str(part / "checkpoint.h5"), "--checkpoint-every", "1000",
+                   "--out", str(part)])
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(_weights(full / "checkpoint.h5"), _weights(part / "checkpoint.h5"))
+    r = mpirun(3, [*common, "--resume", str(part / "checkpoint.h5"), "--out", str(tmp_path / "x")])
+    assert r.returncode != 0
+    assert "written by 2 rank(s), this job has 3; resume with mpiexec -n 2" in r.stderr
+
+
+@pytest.mark.mpi
+def test_sigterm_checkpoints_and_exits_zero(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    out = tmp_path / "sig"
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP,
+                             "--epochs", "20", "--algo", "pseudo-sync", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    trace = out / "trace.csv"
+    deadline = time.time() + 60
+    time.sleep(6)  # start-up and a few hundred steps
+    assert proc.poll() is None, proc.communicate()[1]
+    proc.send_signal(signal.SIGTERM)  # Hydra forwards it to every rank
+    try:
+        stdout, stderr = proc.communicate(timeout=max(5, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["stopped"] == "signal" and 0 < s["steps"] < 20 * 78
+    state = checkpoint.load(out / "checkpoint.h5")
+    assert state["step"] == s["steps"] and trace.exists()
