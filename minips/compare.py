@@ -1,0 +1,112 @@
+"""``python -m minips compare``: several algorithms, one after another, on the
+same seed, data, model and machine; a markdown table and figures.
+
+Run it under ``mpiexec -n P`` like ``train``. Algorithms are given as
+``NAME[:PREDICTOR[:K]]``, e.g. ``sync,overlap-sync,pseudo-sync:last,pseudo-sync:adaptive:2``.
+Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
+``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from .cli import add_train_arguments, config_from_args, subcommand
+
+__all__ = ["parse_algos", "run_compare", "markdown_table"]
+
+
+def parse_algos(spec: str) -> list[dict]:
+    """``"sync,pseudo-sync:adaptive:2"`` -> ``[{"algo": "sync"}, {"algo": "pseudo-sync",
+    "predictor": "adaptive", "staleness": 2}]``.
+
+    Raises:
+        ValueError: an empty list, a malformed entry, or a predictor given to a
+            non-pseudo-sync algorithm.
+    """
+    out = []
+    for item in [s.strip() for s in spec.split(",") if s.strip()]:
+        parts = item.split(":")
+        if len(parts) > 3 or not parts[0]:
+            raise ValueError(f"--algos entry {item!r}: use NAME[:PREDICTOR[:K]], e.g. pseudo-sync:adaptive:2")
+        entry = {"algo": parts[0], "label": item}
+        if len(parts) > 1:
+            if parts[0] != "pseudo-sync":
+                raise ValueError(f"--algos entry {item!r}: only pseudo-sync takes a predictor")
+            entry["predictor"] = parts[1]
+        if len(parts) > 2:
+            try:
+                entry["staleness"] = int(parts[2])
+            except ValueError:
+                raise ValueError(f"--algos entry {item!r}: staleness {parts[2]!r} is not an integer") from None
+        out.append(entry)
+    if not out:
+        raise ValueError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync:adaptive")
+    return out
+
+
+def markdown_table(summaries: list[dict]) -> str:
+    """The comparison table (one row per run)."""
+    metric_cols = [("test_accuracy", "test acc"), ("test_loss", "test loss")]
+    if any(s.get("bleu") is not None for s in summaries):
+        metric_cols = [("bleu", "BLEU"), ("exact_match", "exact match"), ("test_loss", "test loss")]
+    head = ["algorithm", *[c for _, c in metric_cols], "images/s", "step ms", "compute ms", "wait ms",
+            "overlap eff.", "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        b = s["time_breakdown"]
+        eff = s.get("overlap_efficiency")
+        row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols], f"{s['images_per_s']:.0f}",
+               f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
+               f"{1e3 * b['wait']:.2f}", "n/a" if eff is None else f"{eff:.2f}", f"{s['wall_time_s']:.1f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(v):
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
+    """Train each algorithm with ``base_cfg`` (same seed, data, model); returns the summaries."""
+    from .dist.comm import get_comm
+    from .train import Trainer
+
+    out = Path(out)
+    comm = get_comm(base_cfg.network, base_cfg.progress)
+    summaries = []
+    for entry in algos:
+        cfg = dataclasses.replace(base_cfg, **entry, out=str(out / entry["label"].replace(":", "-")),
+                                  resume=None)
+        if comm.rank == 0 and not cfg.quiet:
+            print(f"\n=== {entry['label']} ===", flush=True)
+        summaries.append(Trainer(cfg, comm).run())
+    if comm.rank == 0:
+        from .plots import plot_runs
+        table = markdown_table(summaries)
+        first = summaries[0]
+        header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
+                  f"batch {first['batch_size_per_rank']}/rank, {first['epochs']} epoch(s), seed {first['seed']}, "
+                  f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
+                  f"progress: {first['progress']}\n\n")
+        (out / "compare.md").write_text(header + table + "\n")
+        (out / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
+        plot_runs([out / e["label"].replace(":", "-") for e in algos], out)
+        print("\n" + header + table, flush=True)
+    return summaries
+
+
+@subcommand("compare", help="run several algorithms on the same setup; table + figures")
+def _add_compare_arguments(p):
+    add_train_arguments(p)
+    p.add_argument("--algos", required=True,
+                   help="comma-separated NAME[:PREDICTOR[:K]], e.g. sync,overlap-sync,pseudo-sync:last,"
+                        "pseudo-sync:adaptive")
+    p.set_defaults(func=_cmd_compare)
+
+
+def _cmd_compare(args) -> int:
+    cfg = config_from_args(args)
+    run_compare(cfg, parse_algos(args.algos), cfg.out)
+    return 0

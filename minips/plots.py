@@ -1,0 +1,154 @@
+"""Figures with matplotlib (Agg backend: works without a screen).
+
+``python -m minips plot RUN_DIR [RUN_DIR ...] --out DIR`` draws, for runs
+written by ``train`` or ``compare``: test accuracy per epoch and against wall
+time, the stacked per-step timing breakdown, and the per-step training loss and
+predictor diagnostics (lambda, forecast cosine) from ``trace.csv``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from .cli import subcommand
+from .timing import PHASES
+
+__all__ = ["load_run", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_runs"]
+
+_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
+           "predict": "#CCB974", "update": "#64B5CD"}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def load_run(run_dir) -> dict:
+    """``{"name", "summary", "trace"}`` of a run directory (trace may be empty).
+
+    Raises:
+        FileNotFoundError: no summary.json in ``run_dir`` (not a finished run).
+    """
+    d = Path(run_dir)
+    if not (d / "summary.json").exists():
+        raise FileNotFoundError(f"{d} has no summary.json: is it the --out directory of a finished run?")
+    summary = json.loads((d / "summary.json").read_text())
+    trace = []
+    if (d / "trace.csv").exists():
+        with open(d / "trace.csv") as f:
+            trace = list(csv.DictReader(f))
+    return {"name": summary.get("label") or d.name, "summary": summary, "trace": trace}
+
+
+def _label(summary: dict) -> str:
+    return summary.get("label") or summary["algo"]
+
+
+def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
+    """Two panels: ``metric`` against epoch and against wall-clock seconds."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for r in runs:
+        h = r["summary"]["history"]
+        if not h or metric not in h[0]:
+            continue
+        a.plot([x["epoch"] for x in h], [x[metric] for x in h], marker="o", label=r["name"])
+        b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], marker="o", label=r["name"])
+    a.set_xlabel("epoch")
+    b.set_xlabel("wall time (s)")
+    for ax in (a, b):
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.grid(alpha=0.3)
+    a.legend(fontsize=8)
+    emulated = any(r["summary"].get("network_emulated") for r in runs)
+    fig.suptitle(f"{metric.replace('_', ' ')}" + (" (EMULATED network)" if emulated else ""))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_breakdown(runs, path) -> None:
+    """Stacked bars: mean seconds per step in each phase, one bar per run."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(runs) + 2), 4))
+    names = [r["name"] for r in runs]
+    bottom = [0.0] * len(runs)
+    for ph in PHASES:
+        vals = [1e3 * r["summary"]["time_breakdown"][ph] for r in runs]
+        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS[ph])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms per step (mean over steps and ranks)")
+    emulated = any(r["summary"].get("network_emulated") for r in runs)
+    ax.set_title("timing breakdown" + (" (EMULATED network)" if emulated else ""))
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_trace(runs, path, smooth: int = 20) -> None:
+    """Per-step training loss (moving average) and, where logged, the predictor's
+    lambda and forecast cosine."""
+    import numpy as np
+    plt = _plt()
+    has_pred = any(r["trace"] and "cos_forecast" in r["trace"][-1] for r in runs)
+    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(14 if has_pred else 6, 4), squeeze=False)
+    axes = axes[0]
+
+    def series(r, key):
+        xs = [int(row["step"]) for row in r["trace"] if row.get(key) not in (None, "")]
+        ys = [float(row[key]) for row in r["trace"] if row.get(key) not in (None, "")]
+        if len(ys) >= smooth:
+            ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid").tolist()
+            xs = xs[smooth - 1:]
+        return xs, ys
+
+    for r in runs:
+        if not r["trace"]:
+            continue
+        axes[0].plot(*series(r, "loss"), label=r["name"])
+        if has_pred:
+            axes[1].plot(*series(r, "lambda"), label=r["name"])
+            axes[2].plot(*series(r, "cos_forecast"), label=r["name"])
+    axes[0].set_ylabel(f"training loss ({smooth}-step mean)")
+    if has_pred:
+        axes[1].set_ylabel("lambda (confidence in history)")
+        axes[2].set_ylabel("cos(forecast, arrived gradient)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_runs(run_dirs, out_dir) -> list[Path]:
+    """All figures for these runs into ``out_dir``; returns the files written."""
+    runs = [load_run(d) for d in run_dirs]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "accuracy.png", out / "breakdown.png", out / "trace.png"]
+    metric = "bleu" if any("bleu" in (r["summary"]["history"] or [{}])[0] for r in runs) else "test_accuracy"
+    plot_accuracy(runs, files[0], metric)
+    plot_breakdown(runs, files[1])
+    plot_trace(runs, files[2])
+    return files
+
+
+@subcommand("plot", help="figures (accuracy, timing breakdown, trace) from run directories")
+def _add_plot_arguments(p):
+    p.add_argument("runs", nargs="+", help="--out directories of train/compare runs")
+    p.add_argument("--out", required=True, help="directory for the PNG files")
+    p.set_defaults(func=_cmd_plot)
+
+
+def _cmd_plot(args) -> int:
+    for f in plot_runs(args.runs, args.out):
+        print(f"wrote {f}")
+    return 0
