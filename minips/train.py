@@ -96,8 +96,8 @@ def config_fields() -> list[str]:
 def load_config(path) -> dict:
     """Read a TOML run configuration into a dict of TrainConfig fields.
 
-    Keys may use dashes or underscores; a ``[predictor]`` table becomes
-    ``predictor_options``.
+    Keys may use dashes or underscores; predictor options go in a
+    ``[predictor_options]`` table (e.g. ``adapt_lambda = false``).
 
     Raises:
         ConfigError: missing file, TOML syntax error, or an unknown key (the
@@ -116,9 +116,6 @@ def load_config(path) -> dict:
     out = {}
     for k, v in raw.items():
         key = k.replace("-", "_")
-        if key == "predictor" and isinstance(v, dict):
-            out["predictor_options"] = v
-            continue
         if key not in valid:
             raise ConfigError(f"{p}: unknown key {k!r}; valid keys: {', '.join(sorted(valid))}")
         out[key] = v

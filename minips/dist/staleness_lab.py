@@ -135,3 +135,31 @@ class _Flat:
 
     def __init__(self, w):
         self.data, self.grad, self.shape, self.dtype = w, None, w.shape, w.dtype
+
+
+def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
+    """The markdown table of docs/distributed.md: every predictor, two settings,
+    axis-aligned and rotated Hessians, final loss range over ``seeds``."""
+    cases = [("sync", 0, {}), ("last", None, {}), ("ema", None, {}), ("holt", None, {}),
+             ("lookahead", None, {}), ("adaptive", None, {}), ("adaptive", None, {"adapt_lambda": False})]
+    head = "| lr, k | sync | last | ema | holt | lookahead | adaptive | adaptive, lambda = 1 |"
+    lines = [head, "|" + "---|" * 8]
+    for rotate in (False, True):
+        problem = LeastSquares(rotate=rotate)
+        for lr, k in ((0.08, 2), (0.05, 1)):
+            cells = []
+            for name, k_case, opts in cases:
+                runs = [run_stale_sgd(problem, name, k if k_case is None else k_case, lr=lr, steps=steps,
+                                      seed=s, predictor_options=opts, record_every=50) for s in seeds]
+                if any(r["diverged"] for r in runs):
+                    cells.append("div" if all(r["diverged"] for r in runs) else
+                                 f"div in {sum(r['diverged'] for r in runs)}/{len(runs)}")
+                else:
+                    f = [r["final_loss"] for r in runs]
+                    cells.append(f"{min(f):.4g}-{max(f):.4g}")
+            lines.append(f"| {lr}, {k} ({'rotated' if rotate else 'axis'}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(comparison_table())
