@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["NetworkModel", "NETWORKS", "parse_network", "ring_allreduce_time"]
+__all__ = ["NetworkModel", "NETWORKS", "parse_network", "ring_allreduce_time", "Fit", "fit_ring_allreduce"]
 
 
 def ring_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
@@ -103,3 +103,56 @@ def parse_network(spec) -> NetworkModel:
             return NetworkModel(a, b, f"alpha={a:g},beta={b:g}")
     raise ValueError(f"unknown network {spec!r}; use one of {', '.join(NETWORKS)} "
                      "or 'alpha=SECONDS,beta=SECONDS_PER_BYTE'")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Result of :func:`fit_ring_allreduce`: the model plus its quality.
+
+    Attributes:
+        model: the fitted :class:`NetworkModel`.
+        r2: coefficient of determination of the fit on the points (1 = perfect).
+        max_rel_error: largest ``|predicted - measured| / measured`` over the points.
+        points: number of points used.
+    """
+    model: NetworkModel
+    r2: float
+    max_rel_error: float
+    points: int
+
+
+def fit_ring_allreduce(nbytes, seconds, P: int, weights: str = "relative") -> Fit:
+    """Fit alpha and beta of the ring model ``T = 2(P-1) alpha + 2(P-1)/P n beta``
+    to measured allreduce times by linear least squares.
+
+    Args:
+        nbytes: message sizes in bytes (sequence of >= 2 distinct values).
+        seconds: measured times, same length.
+        P: ranks (>= 2).
+        weights: ``"relative"`` minimises relative errors (each point divided by
+            its time, so 8-byte latencies count as much as 64 MB transfers), or
+            ``"absolute"``.
+
+    Returns:
+        A :class:`Fit`; negative estimates are clipped to 0.
+
+    Raises:
+        ValueError: P < 2, mismatched lengths, or fewer than two distinct sizes.
+    """
+    import numpy as np
+
+    n = np.asarray(nbytes, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if P < 2:
+        raise ValueError("fitting a ring allreduce needs P >= 2 ranks (with one rank there is no communication)")
+    if n.shape != t.shape or len(np.unique(n)) < 2:
+        raise ValueError("need matching sizes and times with at least two distinct sizes")
+    A = np.stack([np.full_like(n, 2 * (P - 1)), 2 * (P - 1) / P * n], axis=1)
+    w = 1 / t if weights == "relative" else np.ones_like(t)
+    coef, *_ = np.linalg.lstsq(A * w[:, None], t * w, rcond=None)
+    alpha, beta = (max(0.0, float(c)) for c in coef)
+    pred = A @ np.array([alpha, beta])
+    ss_res = float(((t - pred) ** 2).sum())
+    ss_tot = float(((t - t.mean()) ** 2).sum()) or 1.0
+    return Fit(NetworkModel(alpha, beta, "fitted"), 1 - ss_res / ss_tot,
+               float(np.max(np.abs(pred - t) / t)), len(t))
