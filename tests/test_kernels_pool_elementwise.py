@@ -53,6 +53,18 @@ def test_avgpool_matches_twin(dtype, case):
                                ref.avgpool2d_backward(gy, shape, kernel, stride), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 2, 2), (2, 3, 7, 9), (3, 2, 28, 28)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_2x2_stride_2_fast_paths_match_twin(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-2, 3, shape).astype(dtype)                  # many ties
+    y, argmax = kpool.maxpool2d_forward(x, 2, 2)
+    y_ref, argmax_ref = ref.maxpool2d_forward(x, 2, 2)
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(argmax, argmax_ref)
+    np.testing.assert_allclose(kpool.avgpool2d_forward(x, 2, 2), ref.avgpool2d_forward(x, 2, 2), rtol=1e-6)
+
+
 def test_maxpool_ties_pick_first_in_window():
     x = np.zeros((1, 1, 4, 4), np.float32)
     _, argmax = kpool.maxpool2d_forward(x, 2, 2)
