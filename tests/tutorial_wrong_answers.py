@@ -1,0 +1,108 @@
+"""Plausible wrong answers to the tutorials' exercises: each check must reject them.
+
+``WRONG[exercise_id]()`` returns a list of wrong answers (built lazily, so this
+module imports nothing heavy).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _w11():
+    import minips as mp
+
+    class ForgotChainRule(mp.Function):      # returns sigmoid(a), not g * sigmoid(a)
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            return 1 / (1 + np.exp(-self.a)) + 0 * g
+
+    class Derivative(mp.Function):          # d/da of log(1+e^a) mistaken for 1/(1+e^a)
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            return g / (1 + np.exp(self.a))
+
+    return [ForgotChainRule, Derivative]
+
+
+def _w12():
+    return [lambda x0: 2 * np.asarray(x0), lambda x0: np.full_like(np.asarray(x0), 3.0),
+            lambda x0: 2 * np.asarray(x0) * 3]
+
+
+def _w21():
+    from minips.kernels import conv as kconv
+
+    def no_transpose(x, w, b, stride, padding):      # wrong axis order
+        g = kconv.geometry(x.shape, w.shape, stride, padding)
+        y2 = w.reshape(g.K, -1) @ kconv.im2col(x, g)
+        return y2.reshape(g.N, g.K, g.P, g.Q) + b[None, :, None, None]
+
+    def no_bias(x, w, b, stride, padding):
+        g = kconv.geometry(x.shape, w.shape, stride, padding)
+        y2 = w.reshape(g.K, -1) @ kconv.im2col(x, g)
+        return y2.reshape(g.K, g.N, g.P, g.Q).transpose(1, 0, 2, 3)
+    return [no_transpose, no_bias]
+
+
+def _w22():
+    def no_biases(c_in, size, classes, widths, hidden):
+        H, W = size
+        c1, c2 = widths
+        return c1 * c_in * 9 + c2 * c1 * 9 + c2 * (H // 4) * (W // 4) * hidden + hidden * classes
+
+    def no_pooling(c_in, size, classes, widths, hidden):
+        H, W = size
+        c1, c2 = widths
+        return c1 * c_in * 9 + c1 + c2 * c1 * 9 + c2 + c2 * H * W * hidden + hidden + hidden * classes + classes
+    return [no_biases, no_pooling]
+
+
+def _w31():
+    import minips as mp
+
+    def no_eval(model, x, y, batch_size=500):          # Dropout still active
+        with mp.no_grad():
+            return float(np.mean([int(model(mp.Tensor(x[i:i + 1])).data.argmax() == y[i]) for i in range(len(x))]))
+
+    def stays_in_eval(model, x, y, batch_size=500):
+        model.eval()
+        with mp.no_grad():
+            return float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
+
+    def drops_last_batch(model, x, y, batch_size=500):
+        model.eval()
+        correct = n = 0
+        with mp.no_grad():
+            for i in range(0, len(x) - batch_size + 1, batch_size):
+                correct += int((model(mp.Tensor(x[i:i + batch_size])).data.argmax(1) == y[i:i + batch_size]).sum())
+                n += batch_size
+        model.train()
+        return correct / n
+    return [no_eval, stays_in_eval, drops_last_batch]
+
+
+def _w32():
+    def no_momentum(w, d, v, lr, mu):
+        return w - lr * d, d
+
+    def scaled_by_mu(w, d, v, lr, mu):          # w - lr*mu*v instead of w - lr*v
+        v = d.copy() if v is None else mu * v + d
+        return w - lr * mu * v, v
+
+    def nesterov(w, d, v, lr, mu):
+        v = d.copy() if v is None else mu * v + d
+        return w - lr * (d + mu * v), v
+    return [no_momentum, scaled_by_mu, nesterov]
+
+
+WRONG = {
+    "1.1": _w11, "1.2": _w12,
+    "2.1": _w21, "2.2": _w22,
+    "3.1": _w31, "3.2": _w32,
+}

@@ -1,0 +1,192 @@
+"""The checks of the tutorials' exercises.
+
+Each exercise is registered here under its number ("1.1", ...) with the step
+file it belongs to and the name of the answer (the same name in the step and
+in ``tutorials/solutions/<step>.py``). A check calls your answer, compares it
+with what minips itself computes, and raises ``AssertionError`` with a hint
+when it differs. ``tutorials/_common.py::exercise`` runs them; the tests run
+them on the reference solutions and on wrong answers (tests/test_tutorials.py).
+
+Reading a check before trying the exercise is allowed, but spoils the fun.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class Exercise:
+    step: str          # the step's file name without .py, e.g. "01_tensors_and_autograd"
+    name: str          # the answer's name in the step and in its solution file
+    check: Callable    # check(answer, **context): raises AssertionError if wrong
+    praise: str = ""   # printed after "correct."
+    mpi: bool = False  # the check needs several ranks to be meaningful
+
+
+#: exercise id -> Exercise
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False):
+    def deco(fn):
+        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi)
+        return fn
+    return deco
+
+
+def _close(got, want, what: str, rtol=1e-6, atol=1e-8, hint: str = ""):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}. {hint}".rstrip()
+    if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=False):
+        i = np.unravel_index(np.argmax(np.abs(got - want)), want.shape) if want.shape else ()
+        raise AssertionError(f"{what}: at index {tuple(int(v) for v in i)} got {got[i]!r}, expected "
+                             f"{want[i]!r}. {hint}".rstrip())
+
+
+# =============================================================================
+# Step 1: tensors and autograd
+# =============================================================================
+S01 = "01_tensors_and_autograd"
+
+
+@register("1.1", S01, "Softplus", "gradcheck agrees with your backward.")
+def check_softplus(Softplus):
+    import minips as mp
+    from minips.gradcheck import GradcheckError, gradcheck
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((3, 5)) * 3
+    a[0, 0], a[0, 1] = 40.0, -40.0   # large |a|: no overflow warnings, right limits
+    with np.errstate(over="raise", invalid="raise"):
+        try:
+            gradcheck(lambda t: Softplus.apply(t), [a])
+        except GradcheckError as e:
+            raise AssertionError(f"your backward disagrees with finite differences: {e}. "
+                                 "Hint: d/da log(1 + e^a) = e^a / (1 + e^a), the logistic sigmoid of a; "
+                                 "multiply by g.") from None
+        except NotImplementedError:
+            raise  # the placeholder is still there (NotImplementedError is a RuntimeError)
+        except RuntimeError as e:  # wrong shape, wrong number of outputs
+            raise AssertionError(f"autograd rejected your backward: {e}") from None
+        except FloatingPointError as e:
+            raise AssertionError(f"your backward overflows for large |a| ({e}); compute the "
+                                 "sigmoid from exp(-|a|) or from the output y = log(1 + e^a)") from None
+    t = mp.tensor(np.array([0.0]), requires_grad=True)
+    Softplus.apply(t).sum().backward()
+    _close(t.grad, [0.5], "d softplus/da at a = 0", hint="it should be sigmoid(0) = 0.5")
+
+
+@register("1.2", S01, "predicted_grad", "gradients add up: 2*x from the first backward, 3 from the second.")
+def check_predicted_grad(predicted_grad):
+    import minips as mp
+
+    for seed in range(3):
+        x0 = np.random.default_rng(seed).standard_normal(4)
+        got = predicted_grad(x0.copy())
+        x = mp.tensor(x0, requires_grad=True)
+        (x * x).sum().backward()
+        (3 * x).sum().backward()
+        _close(got, x.grad, f"predicted x.grad for x0 = {np.round(x0, 3)}",
+               hint="Hint: the second backward adds to what the first one left in x.grad.")
+
+
+# =============================================================================
+# Step 2: layers and kernels
+# =============================================================================
+S02 = "02_layers_and_kernels"
+
+
+@register("2.1", S02, "conv2d_im2col", "that is how minips.kernels.conv.conv2d_forward works (plus a "
+          "direct path for thin inputs and a Numba kernel for the layout change).")
+def check_conv2d_im2col(conv2d_im2col):
+    from minips.kernels import reference as ref
+
+    rng = np.random.default_rng(21)
+    cases = [((1, 1, 4, 4), (1, 1, 3, 3), 1, 0), ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1),
+             ((3, 2, 9, 8), (5, 2, 3, 2), 2, 1), ((2, 4, 6, 6), (3, 4, 1, 1), (2, 1), (0, 0))]
+    for xs, ws, stride, pad in cases:
+        x = rng.standard_normal(xs)
+        w = rng.standard_normal(ws)
+        b = rng.standard_normal(ws[0])
+        want = ref.conv2d_forward(x, w, b, stride, pad)
+        got = conv2d_im2col(x, w, b, stride, pad)
+        _close(got, want, f"conv2d of x {xs}, w {ws}, stride {stride}, padding {pad}", rtol=1e-9, atol=1e-9,
+               hint="Hint: y2 = w.reshape(K, -1) @ cols has shape (K, N*P*Q); reshape it to (K, N, P, Q), "
+                    "move the N axis first, and add the bias per channel.")
+
+
+@register("2.2", S02, "convnet_num_parameters", "the first Linear layer's c2*(H/4)*(W/4)*hidden term dominates.")
+def check_convnet_num_parameters(convnet_num_parameters):
+    from minips.nn.conv import ConvNet
+
+    for args in [(1, (28, 28), 10, (32, 64), 128), (3, (32, 32), 10, (16, 32), 64),
+                 (1, (30, 22), 7, (8, 12), 20)]:
+        got = convnet_num_parameters(*args)
+        want = ConvNet(args[0], args[1], args[2], widths=args[3], hidden=args[4]).num_parameters()
+        assert got == want, (f"convnet_num_parameters{args} = {got}, but ConvNet{args} has {want} parameters. "
+                             "Hint: a KxCxRxS convolution has K*C*R*S weights and K biases; each 2x2 pooling "
+                             "halves H and W, rounding down.")
+
+
+# =============================================================================
+# Step 3: training
+# =============================================================================
+S03 = "03_train_a_convnet"
+
+
+@register("3.1", S03, "accuracy")
+def check_accuracy(accuracy):
+    import minips as mp
+    from minips import nn
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((230, 1, 4, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 230)
+    mp.random.seed(3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 3))
+    model.train()
+    model.eval()
+    with mp.no_grad():
+        want = float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
+    model.train()
+    got = accuracy(model, x, y, 100)   # 230 = 2 full batches + a short one
+    assert model.training, "the model is still in eval mode after accuracy(): call model.train() at the end"
+    assert got is not None, "accuracy() returned None; return the fraction of correct predictions"
+    got = float(got)
+    if abs(got - want) > 1e-9:
+        hint = ""
+        if 0 <= got <= 1 and abs(got - want) > 0.02:
+            hint = (" Hint: is Dropout still active? Call model.eval() before the forward passes. "
+                    "And are all batches counted, including the last short one?")
+        elif got > 1:
+            hint = " Hint: return a fraction (correct / total), not a count."
+        raise AssertionError(f"accuracy = {got}, expected {want}.{hint}")
+
+
+@register("3.2", S03, "sgd_momentum", "this is SGD.apply without weight decay and Nesterov.")
+def check_sgd_momentum(sgd_momentum):
+    from minips.optim import SGD
+
+    rng = np.random.default_rng(32)
+    w0 = rng.standard_normal(6).astype(np.float32)
+    ds = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
+
+    class P:  # a bare parameter for the optimizer
+        def __init__(self, a):
+            self.data, self.grad, self.shape, self.dtype = a, None, a.shape, a.dtype
+    w_ref = w0.copy()
+    opt = SGD([P(w_ref)], lr=0.1, momentum=0.9)
+    w, v = w0.copy(), None
+    for t, d in enumerate(ds):
+        opt.apply(0, w_ref, d)
+        out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), 0.1, 0.9)
+        assert isinstance(out, tuple) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
+        w, v = out
+        _close(w, w_ref, f"w after step {t + 1}", rtol=1e-5, atol=1e-6,
+               hint="Hint: v = mu*v + d (v = d on the first step), then w = w - lr*v." if t else
+               "Hint: on the first step SGD sets v = d, so w = w - lr*d.")
+        _close(v, opt.buffers[0], f"v after step {t + 1}", rtol=1e-5, atol=1e-6)
