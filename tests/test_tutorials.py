@@ -40,6 +40,7 @@ STEPS = {
     "01_tensors_and_autograd": 1,
     "02_layers_and_kernels": 1,
     "03_train_a_convnet": 1,
+    "04_mpi_basics": 2,
 }
 
 

@@ -101,8 +101,45 @@ def _w32():
     return [no_momentum, scaled_by_mu, nesterov]
 
 
+def _w41():
+    def the_sum(comm, x):
+        out = x.copy()
+        comm.allreduce(out)
+        return out
+
+    def in_place(comm, x):
+        comm.allreduce(x)
+        x /= comm.size
+        return x
+    return [the_sum, in_place]
+
+
+def _w42():
+    def blocking(comm, buf, chunks):
+        comm.allreduce(buf)
+        for c in chunks:
+            c()
+        return comm.iallreduce(buf[:0].copy())  # a dummy request
+
+    def work_first(comm, buf, chunks):
+        for c in chunks:
+            c()
+        req = comm.iallreduce(buf)
+        req.wait()
+        return req
+
+    def no_progress(comm, buf, chunks):
+        req = comm.iallreduce(buf)
+        for c in chunks:
+            c()
+        req.wait()
+        return req
+    return [blocking, work_first, no_progress]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
     "3.1": _w31, "3.2": _w32,
+    "4.1": _w41, "4.2": _w42,
 }

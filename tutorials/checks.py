@@ -190,3 +190,76 @@ def check_sgd_momentum(sgd_momentum):
                hint="Hint: v = mu*v + d (v = d on the first step), then w = w - lr*v." if t else
                "Hint: on the first step SGD sets v = d, so w = w - lr*d.")
         _close(v, opt.buffers[0], f"v after step {t + 1}", rtol=1e-5, atol=1e-6)
+
+
+# =============================================================================
+# Step 4: MPI basics (run under mpiexec -n 2: with one rank, a sum is the input)
+# =============================================================================
+S04 = "04_mpi_basics"
+
+
+@register("4.1", S04, "allreduce_mean", "that is the gradient averaging of step 5.", mpi=True)
+def check_allreduce_mean(allreduce_mean, comm):
+    rng = np.random.default_rng(41 + comm.rank)
+    x = (rng.standard_normal(7) * (comm.rank + 1)).astype(np.float32)
+    original = x.copy()
+    got = allreduce_mean(comm, x)
+    everyone = comm.allgather(original)
+    want = np.mean(np.stack(everyone), axis=0)
+    assert got is not None, "allreduce_mean returned None; return the mean array"
+    assert np.array_equal(x, original), ("allreduce_mean changed its input x; comm.allreduce works in place, "
+                                         "so allreduce a copy (x.copy())")
+    _close(got, want, f"mean over {comm.size} ranks (rank {comm.rank})", rtol=1e-5, atol=1e-6,
+           hint="Hint: allreduce gives the SUM; divide by comm.size.")
+
+
+class _SpyComm:
+    """Forwards to a Comm, recording when iallreduce was posted and counting progress calls."""
+
+    def __init__(self, comm):
+        self._c, self.posted_at, self.progress_calls, self.blocking_calls = comm, None, 0, 0
+
+    def iallreduce(self, buf, *a, **k):
+        import time
+        self.posted_at = time.perf_counter()
+        return self._c.iallreduce(buf, *a, **k)
+
+    def allreduce(self, buf, *a, **k):
+        self.blocking_calls += 1
+        return self._c.allreduce(buf, *a, **k)
+
+    def progress(self):
+        self.progress_calls += 1
+        return self._c.progress()
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+@register("4.2", S04, "overlapped", "posting first, then driving progress, is what the Trainer does every step.",
+          mpi=True)
+def check_overlapped(overlapped, comm):
+    import time
+
+    A = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    starts = []
+
+    def chunk():
+        starts.append(time.perf_counter())
+        A @ A
+
+    spy = _SpyComm(comm)
+    buf = np.full(50_000, comm.rank + 1.0, dtype=np.float32)
+    req = overlapped(spy, buf, [chunk] * 5)
+    if req is not None and not getattr(req, "done", True):
+        req.wait()  # keep the ranks in step before failing
+    comm.barrier()
+    assert spy.blocking_calls == 0, "use comm.iallreduce (nonblocking), not comm.allreduce"
+    assert spy.posted_at is not None, "comm.iallreduce was never called"
+    assert len(starts) == 5, f"each chunk must be called once; {len(starts)} calls for 5 chunks"
+    assert spy.posted_at <= starts[0], "post the Iallreduce BEFORE the work, so they overlap"
+    assert spy.progress_calls >= 4, (f"comm.progress() was called {spy.progress_calls} times during 5 chunks; "
+                                     "call it after each chunk so the allreduce advances")
+    assert req is not None and hasattr(req, "wait"), "return the Request that comm.iallreduce gave you"
+    assert req.done, "the request is not complete: call req.wait() before returning"
+    _close(buf, np.full_like(buf, comm.size * (comm.size + 1) / 2), "the buffer after the allreduce")
