@@ -41,6 +41,7 @@ STEPS = {
     "02_layers_and_kernels": 1,
     "03_train_a_convnet": 1,
     "04_mpi_basics": 2,
+    "05_sync_sgd": 2,
 }
 
 

@@ -137,9 +137,29 @@ def _w42():
     return [blocking, work_first, no_progress]
 
 
+def _w51():
+    def no_mean(comm, grad, weights, optimizer):
+        comm.allreduce(grad)
+        optimizer.apply(0, weights, grad)
+
+    def local_only(comm, grad, weights, optimizer):
+        optimizer.apply(0, weights, grad)
+    return [no_mean, local_only]
+
+
+def _w52():
+    def no_factor_two(nbytes, P, alpha, beta):
+        return (P - 1) * alpha + (P - 1) / P * nbytes * beta if P > 1 else 0.0
+
+    def naive(nbytes, P, alpha, beta):          # a tree/gather view: P full messages
+        return P * (alpha + nbytes * beta) if P > 1 else 0.0
+    return [no_factor_two, naive]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
     "3.1": _w31, "3.2": _w32,
     "4.1": _w41, "4.2": _w42,
+    "5.1": _w51, "5.2": _w52,
 }

@@ -263,3 +263,68 @@ def check_overlapped(overlapped, comm):
     assert req is not None and hasattr(req, "wait"), "return the Request that comm.iallreduce gave you"
     assert req.done, "the request is not complete: call req.wait() before returning"
     _close(buf, np.full_like(buf, comm.size * (comm.size + 1) / 2), "the buffer after the allreduce")
+
+
+# =============================================================================
+# Step 5: synchronous SGD
+# =============================================================================
+S05 = "05_sync_sgd"
+
+
+def _tiny_problem(comm, seed=0):
+    """A small MLP and per-rank synthetic batches (as tests/mpi_worker.py)."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((64 * comm.size, 1, 4, 5)).astype(np.float32)
+    y = (x.reshape(len(x), -1) @ r.standard_normal((20, 4))).argmax(1).astype(np.int64)
+    return [(x[i::comm.size][:16], y[i::comm.size][:16]) for i in range(comm.size)]
+
+
+@register("5.1", S05, "sync_step", "that is SyncSGD.step.", mpi=True)
+def check_sync_step(sync_step, comm):
+    import minips as mp
+    from minips.dist.algorithms import make_algorithm
+    from minips.models import MLP
+    from minips.optim import SGD
+
+    batches = _tiny_problem(comm)
+    runs = []
+    for use_student in (False, True):
+        mp.random.seed(5)
+        model = MLP(20, (16,), 4)
+        opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+        algo = make_algorithm("sync", model.parameters(), opt, comm)
+        algo.start()
+        try:
+            for t in range(4):
+                x, y = batches[comm.rank]
+                batch = (x[4 * t:4 * t + 4], y[4 * t:4 * t + 4])
+                loss = model.loss(batch)
+                algo.before_backward()
+                loss.backward()
+                if use_student:
+                    sync_step(comm, algo.flat.grads[0], algo.flat.weights, opt)
+                else:
+                    algo.step()
+        finally:
+            algo.finish()
+        runs.append(algo.flat.weights.copy())
+    replicas = comm.allgather(runs[1])
+    _close(runs[1], runs[0], f"weights after 4 steps of your sync_step (rank {comm.rank})", rtol=1e-6, atol=1e-7,
+           hint="Hint: comm.allreduce(grad) sums in place; divide by comm.size; then "
+                "optimizer.apply(0, weights, grad).")
+    for r, w in enumerate(replicas):
+        _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
+
+
+@register("5.2", S05, "ring_allreduce_seconds", "this is minips.dist.costmodel.ring_allreduce_time.")
+def check_ring_allreduce_seconds(ring_allreduce_seconds):
+    from minips.dist.costmodel import ring_allreduce_time
+
+    for nbytes, P, alpha, beta in [(1e6, 2, 5e-5, 8e-9), (4e6, 8, 1e-6, 1e-10), (8, 64, 1e-5, 1e-9),
+                                   (1e6, 1, 5e-5, 8e-9), (3e7, 1024, 2e-6, 4e-11)]:
+        got = ring_allreduce_seconds(nbytes, P, alpha, beta)
+        want = ring_allreduce_time(nbytes, P, alpha, beta)
+        assert got is not None and abs(got - want) <= 1e-12 + 1e-9 * want, (
+            f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {got}, expected "
+            f"{want:.6g}. Hint: 2(P-1) latencies and 2(P-1)/P * n bytes per rank (reduce-scatter + allgather); "
+            "0 for P = 1.")
