@@ -42,6 +42,7 @@ STEPS = {
     "03_train_a_convnet": 1,
     "04_mpi_basics": 2,
     "05_sync_sgd": 2,
+    "06_overlap_buckets": 2,
 }
 
 

@@ -156,10 +156,49 @@ def _w52():
     return [no_factor_two, naive]
 
 
+def _w61():
+    def forward_order(sizes, bucket_mb):
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        buckets, cur, nb = [], [], 0
+        for i in range(len(sizes)):
+            cur.append(i)
+            nb += 4 * sizes[i]
+            if nb >= limit:
+                buckets.append(cur)
+                cur, nb = [], 0
+        return buckets + ([cur] if cur else [])
+
+    def elements_not_bytes(sizes, bucket_mb):
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        buckets, cur, n = [], [], 0
+        for i in reversed(range(len(sizes))):
+            cur.append(i)
+            n += sizes[i]
+            if n >= limit:
+                buckets.append(cur)
+                cur, n = [], 0
+        return buckets + ([cur] if cur else [])
+    return [forward_order, elements_not_bytes]
+
+
+def _w62():
+    def registration_reversed(model, batch):
+        return [n for n, _ in reversed(list(model.named_parameters()))]
+
+    def keeps_hooks(model, batch):
+        order = []
+        for n, p in model.named_parameters():
+            p.register_grad_hook(lambda t, n=n: order.append(n))
+        model.loss(batch).backward()
+        return order
+    return [registration_reversed, keeps_hooks]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
     "3.1": _w31, "3.2": _w32,
     "4.1": _w41, "4.2": _w42,
     "5.1": _w51, "5.2": _w52,
+    "6.1": _w61, "6.2": _w62,
 }

@@ -328,3 +328,54 @@ def check_ring_allreduce_seconds(ring_allreduce_seconds):
             f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {got}, expected "
             f"{want:.6g}. Hint: 2(P-1) latencies and 2(P-1)/P * n bytes per rank (reduce-scatter + allgather); "
             "0 for P = 1.")
+
+
+# =============================================================================
+# Step 6: overlap and buckets
+# =============================================================================
+S06 = "06_overlap_buckets"
+
+
+@register("6.1", S06, "bucket_plan", "that is FlatParams._make_buckets.")
+def check_bucket_plan(bucket_plan):
+    import minips as mp
+    from minips.dist.flat import FlatParams
+    from minips.nn.conv import ConvNet
+
+    cases = [([100, 10, 300, 5], 0.0), ([100, 10, 300, 5], 1e-6), ([2**18, 3, 2**18, 7, 2**16], 1.0),
+             ([1000] * 7, 0.008), ([p.size for p in ConvNet().parameters()], 0.05),
+             ([p.size for p in ConvNet().parameters()], 0.25)]
+    for sizes, mb in cases:
+        params = [mp.nn.Parameter(np.zeros(n, np.float32)) for n in sizes]
+        want = [list(b.param_ids) for b in FlatParams(params, 1, mb).buckets]
+        got = bucket_plan(list(sizes), mb)
+        assert got is not None, "bucket_plan returned None"
+        got = [list(map(int, b)) for b in got]
+        assert got == want, (f"bucket_plan({sizes}, {mb}) = {got}, expected {want}. Hint: walk the parameters "
+                             "from the LAST to the first; close a bucket as soon as its bytes reach "
+                             "bucket_mb * 2**20; bucket_mb = 0 means everything in one bucket.")
+
+
+@register("6.2", S06, "gradient_ready_order")
+def check_gradient_ready_order(gradient_ready_order):
+    import minips as mp
+    from minips.models import MLP
+    from minips.nn.conv import ConvNet
+
+    rng = np.random.default_rng(62)
+    for make, shape in ((lambda: MLP(20, (8, 6), 3), (4, 1, 4, 5)), (lambda: ConvNet(1, (8, 8), 3, widths=(2, 3),
+                                                                                          hidden=5), (4, 1, 8, 8))):
+        mp.random.seed(0)
+        model = make()
+        batch = (rng.standard_normal(shape).astype(np.float32), rng.integers(0, 3, 4))
+        order = []
+        hs = [p.register_grad_hook(lambda t, n=n: order.append(n)) for n, p in model.named_parameters()]
+        model.loss(batch).backward()
+        for h in hs:
+            h.remove()
+        model.zero_grad()
+        got = gradient_ready_order(model, batch)
+        assert got is not None, "gradient_ready_order returned None; return the list of names"
+        assert list(got) == order, f"order {got}, expected {order}"
+        leftover = [n for n, p in model.named_parameters() if p._hooks]
+        assert not leftover, f"hooks are still registered on {leftover}: remove them with handle.remove()"
