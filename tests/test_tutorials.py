@@ -43,6 +43,7 @@ STEPS = {
     "04_mpi_basics": 2,
     "05_sync_sgd": 2,
     "06_overlap_buckets": 2,
+    "07_pseudo_sync": 2,
 }
 
 

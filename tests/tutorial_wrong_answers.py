@@ -194,6 +194,43 @@ def _w62():
     return [registration_reversed, keeps_hooks]
 
 
+def _w71():
+    from collections import deque
+
+    def fresh(grad_fn, w0, k, lr, momentum, steps):          # ignores the staleness
+        w, v = np.array(w0, np.float32), None
+        for t in range(steps):
+            g = grad_fn(w, t)
+            v = g.copy() if v is None else momentum * v + g
+            w = w - lr * v
+        return w
+
+    def off_by_one(grad_fn, w0, k, lr, momentum, steps):     # applies g_{t-k+1}
+        w, v, q = np.array(w0, np.float32), None, deque()
+        for t in range(steps):
+            q.append(grad_fn(w, t))
+            if len(q) >= k:
+                g = q.popleft()
+                v = g.copy() if v is None else momentum * v + g
+                w = w - lr * v
+        return w
+
+    def no_momentum(grad_fn, w0, k, lr, momentum, steps):
+        w, q = np.array(w0, np.float32), deque()
+        for t in range(steps):
+            q.append(grad_fn(w, t))
+            if len(q) > k:
+                w = w - lr * q.popleft()
+        return w
+    return [fresh, off_by_one, no_momentum]
+
+
+def _w72():
+    return [lambda tc, tm, algo: tc + tm,
+            lambda tc, tm, algo: tc + tm if algo == "sync" else tc,
+            lambda tc, tm, algo: max(tc, tm) if algo == "sync" else min(tc, tm)]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -201,4 +238,5 @@ WRONG = {
     "4.1": _w41, "4.2": _w42,
     "5.1": _w51, "5.2": _w52,
     "6.1": _w61, "6.2": _w62,
+    "7.1": _w71, "7.2": _w72,
 }

@@ -379,3 +379,43 @@ def check_gradient_ready_order(gradient_ready_order):
         assert list(got) == order, f"order {got}, expected {order}"
         leftover = [n for n, p in model.named_parameters() if p._hooks]
         assert not leftover, f"hooks are still registered on {leftover}: remove them with handle.remove()"
+
+
+# =============================================================================
+# Step 7: pseudo-synchronous SGD
+# =============================================================================
+S07 = "07_pseudo_sync"
+
+
+@register("7.1", S07, "stale_sgd", "that is the rule of PseudoSyncSGD.step with the `last` predictor.")
+def check_stale_sgd(stale_sgd):
+    from minips.dist.staleness_lab import LeastSquares, simulate_stale_sgd
+
+    problem = LeastSquares(d=20, m=200, cond=50.0, rotate=True, seed=3)
+    rng = np.random.default_rng(71)
+    batches = [rng.integers(0, problem.m, 8) for _ in range(30)]
+
+    def grad_fn(w, t):
+        return problem.grad(np.asarray(w, np.float32), batches[t])
+
+    w0 = np.zeros(problem.d, np.float32)
+    for k in (1, 2, 3):
+        want = simulate_stale_sgd(grad_fn, w0, "last", staleness=k, lr=0.1, momentum=0.9, steps=30)["w"]
+        got = stale_sgd(grad_fn, w0.copy() if k > 1 else w0, k, 0.1, 0.9, 30)
+        assert np.all(w0 == 0), "stale_sgd modified w0: copy it first"
+        assert got is not None, "stale_sgd returned None; return the final weights"
+        _close(got, want, f"weights after 30 steps with k = {k}", rtol=1e-4, atol=1e-6,
+               hint="Hint: at step t, g_t goes in flight first; then, only if more than k are in flight, "
+                    "pop the OLDEST and apply it; steps 0..k-1 do not update.")
+
+
+@register("7.2", S07, "predicted_step_time", "overlap turns a sum into a maximum.")
+def check_predicted_step_time(predicted_step_time):
+    for tc, tm in [(0.1, 0.02), (0.01, 0.05), (0.03, 0.03), (0.2, 0.0)]:
+        for algo, want in (("sync", tc + tm), ("pseudo-sync", max(tc, tm))):
+            got = predicted_step_time(tc, tm, algo)
+            assert got is not None and abs(got - want) < 1e-12, (
+                f"predicted_step_time({tc}, {tm}, {algo!r}) = {got}, expected {want}. "
+                + ("Hint: sync waits for the whole allreduce after the compute." if algo == "sync" else
+                   "Hint: with k = 1, each allreduce has one step of compute to finish under; the step lasts "
+                   "as long as the slower of the two."))
