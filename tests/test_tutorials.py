@@ -44,6 +44,7 @@ STEPS = {
     "05_sync_sgd": 2,
     "06_overlap_buckets": 2,
     "07_pseudo_sync": 2,
+    "08_predictors": 1,
 }
 
 

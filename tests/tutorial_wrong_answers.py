@@ -231,6 +231,61 @@ def _w72():
             lambda tc, tm, algo: max(tc, tm) if algo == "sync" else min(tc, tm)]
 
 
+def _w81():
+    from minips.dist.algorithms.predictors import Predictor
+
+    class Swapped(Predictor):                 # alpha on the old value
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            self.S = G.copy() if self.S is None else (1 - self.alpha) * G + self.alpha * self.S
+            return self.S.astype(np.float32)
+
+    class Aliased(Predictor):                 # returns its state and updates it in place
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.S is None:
+                self.S = G.astype(np.float32)
+            else:
+                self.S *= (1 - self.alpha)
+                self.S += self.alpha * G
+            return self.S
+    return [Swapped, Aliased]
+
+
+def _w82():
+    from minips.dist.algorithms.predictors import Predictor
+
+    class NoTrend(Predictor):
+        def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+            super().__init__(staleness)
+            self.alpha, self.beta, self.L, self.B = alpha, beta, None, None
+
+        def forecast(self, G, w_now, w_then):
+            self.L = G.copy() if self.L is None else self.alpha * G + (1 - self.alpha) * self.L
+            return self.L.astype(np.float32)
+
+    class OneStepAhead(Predictor):             # forecasts L + B instead of L + k*B
+        def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+            super().__init__(staleness)
+            self.alpha, self.beta, self.L, self.B = alpha, beta, None, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.L is None:
+                self.L, self.B = G.copy(), np.zeros_like(G)
+            else:
+                Lp = self.L
+                self.L = self.alpha * G + (1 - self.alpha) * (Lp + self.B)
+                self.B = self.beta * (self.L - Lp) + (1 - self.beta) * self.B
+            return (self.L + self.B).astype(np.float32)
+    return [NoTrend, OneStepAhead]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -239,4 +294,5 @@ WRONG = {
     "5.1": _w51, "5.2": _w52,
     "6.1": _w61, "6.2": _w62,
     "7.1": _w71, "7.2": _w72,
+    "8.1": _w81, "8.2": _w82,
 }

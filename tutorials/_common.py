@@ -114,7 +114,7 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
         RuntimeError: the command failed (its output is in the message).
     """
     cmd = ["mpiexec", "-n", str(n), sys.executable, *map(str, args)]
-    shown = ["mpiexec", "-n", str(n), "python", *map(str, args)]
+    shown = ["mpiexec", "-n", str(n), "python", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
     e = dict(os.environ)
     for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
@@ -131,9 +131,14 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     return out
 
 
+def _shown(a) -> str:
+    """An argument as a student would type it: paths relative to the repository root."""
+    return _rel(a) if isinstance(a, Path) else str(a)
+
+
 def minips_cli(args: list, timeout: float = 900, quiet: bool = False) -> str:
     """Run ``python -m minips ARGS...`` in one process (printed first, like :func:`mpiexec`)."""
-    shown = ["python", "-m", "minips", *map(str, args)]
+    shown = ["python", "-m", "minips", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
     t0 = time.perf_counter()
     e = dict(os.environ)

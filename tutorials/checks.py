@@ -419,3 +419,47 @@ def check_predicted_step_time(predicted_step_time):
                 + ("Hint: sync waits for the whole allreduce after the compute." if algo == "sync" else
                    "Hint: with k = 1, each allreduce has one step of compute to finish under; the step lasts "
                    "as long as the slower of the two."))
+
+
+# =============================================================================
+# Step 8: predictors
+# =============================================================================
+S08 = "08_predictors"
+
+
+def _compare_predictor(mine, ref, what, hint):
+    rng = np.random.default_rng(81)
+    n = 6
+    w = np.zeros(n, np.float32)
+    outs_mine, outs_ref = [], []
+    for t in range(8):
+        G = (rng.standard_normal(n) + 0.3 * t).astype(np.float32)
+        w_then = w.copy()
+        w = (w - 0.1 * G).astype(np.float32)
+        outs_mine.append(mine.predict(G.copy(), w.copy(), w_then.copy()))
+        outs_ref.append(ref.predict(G.copy(), w.copy(), w_then.copy()))
+    for t, (a, b) in enumerate(zip(outs_mine, outs_ref)):
+        assert a is not None, f"{what}.forecast returned None"
+        _close(a, b, f"{what} forecast at arrival {t} (compared after all 8 arrivals)", rtol=1e-5, atol=1e-6,
+               hint=hint)
+
+
+@register("8.1", S08, "MyEMA")
+def check_my_ema(MyEMA):
+    from minips.dist.algorithms.predictors import EMAPredictor
+
+    for alpha in (0.5, 0.2):
+        _compare_predictor(MyEMA(2, alpha=alpha), EMAPredictor(2, alpha=alpha), f"MyEMA(alpha={alpha})",
+                           "Hint: S = G at the first arrival, then S = alpha*G + (1-alpha)*S; return a COPY "
+                           "(an array you later change in place would change the forecasts already returned).")
+
+
+@register("8.2", S08, "MyHolt")
+def check_my_holt(MyHolt):
+    from minips.dist.algorithms.predictors import HoltPredictor
+
+    for k, alpha, beta in ((2, 0.5, 0.1), (1, 0.3, 0.4)):
+        _compare_predictor(MyHolt(k, alpha=alpha, beta=beta), HoltPredictor(k, alpha=alpha, beta=beta),
+                           f"MyHolt(k={k}, alpha={alpha}, beta={beta})",
+                           "Hint: first arrival: L = G, B = 0. Then the new level uses the OLD L and B; the trend "
+                           "uses the new minus the old level; forecast L + k*B.")
