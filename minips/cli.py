@@ -45,7 +45,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help=f"samples per step per rank (default {d.batch_size})")
     p.add_argument("--lr", type=float, help=f"base learning rate (default {d.lr})")
     p.add_argument("--momentum", type=float, help=f"heavy-ball momentum (default {d.momentum})")
-    _bool_flag(p, "nesterov", "Nesterov momentum")
+    _bool_flag(p, "nesterov", "Nesterov momentum (default on; --no-nesterov for heavy ball)")
     p.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default {d.weight_decay})")
     p.add_argument("--schedule", choices=["constant", "step", "cosine"], help="learning-rate schedule")
     p.add_argument("--warmup-epochs", type=float, help="linear warm-up length in epochs")

@@ -42,10 +42,10 @@ class TrainConfig:
     model: str = "convnet"
     data: str = "fashion-mnist-mini"
     epochs: int = 3
-    batch_size: int = 64
+    batch_size: int = 32
     lr: float = 0.05
     momentum: float = 0.9
-    nesterov: bool = False
+    nesterov: bool = True
     weight_decay: float = 0.0
     schedule: str = "cosine"
     warmup_epochs: float = 0.0
