@@ -45,6 +45,7 @@ STEPS = {
     "06_overlap_buckets": 2,
     "07_pseudo_sync": 2,
     "08_predictors": 1,
+    "10_scaling_and_clusters": 1,
 }
 
 

@@ -286,6 +286,34 @@ def _w82():
     return [NoTrend, OneStepAhead]
 
 
+def _w101():
+    def absolute(nbytes, seconds, P):          # unweighted least squares
+        n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+        A = np.stack([np.full_like(n, 2 * (P - 1)), 2 * (P - 1) / P * n], axis=1)
+        (a, b), *_ = np.linalg.lstsq(A, t, rcond=None)
+        return max(0.0, a), max(0.0, b)
+
+    def no_ring_factors(nbytes, seconds, P):   # fits t = alpha + n beta
+        n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+        A = np.stack([np.ones_like(n), n], axis=1)
+        (a, b), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
+        return max(0.0, a), max(0.0, b)
+    return [absolute, no_ring_factors]
+
+
+def _w102():
+    from minips.dist.costmodel import ring_allreduce_time
+
+    def inverted(tc, n, P, a, b, algo):
+        T = ring_allreduce_time(n, P, a, b)
+        return (tc + T) / tc if algo == "sync" else max(tc, T) / tc
+
+    def pseudo_is_free(tc, n, P, a, b, algo):
+        T = ring_allreduce_time(n, P, a, b)
+        return tc / (tc + T) if algo == "sync" else 1.0
+    return [inverted, pseudo_is_free]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -295,4 +323,5 @@ WRONG = {
     "6.1": _w61, "6.2": _w62,
     "7.1": _w71, "7.2": _w72,
     "8.1": _w81, "8.2": _w82,
+    "10.1": _w101, "10.2": _w102,
 }

@@ -136,13 +136,15 @@ def _shown(a) -> str:
     return _rel(a) if isinstance(a, Path) else str(a)
 
 
-def minips_cli(args: list, timeout: float = 900, quiet: bool = False) -> str:
-    """Run ``python -m minips ARGS...`` in one process (printed first, like :func:`mpiexec`)."""
-    shown = ["python", "-m", "minips", *map(_shown, args)]
+def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict | None = None) -> str:
+    """Run ``python -m minips ARGS...`` in one process (printed first, like :func:`mpiexec`),
+    with extra environment variables ``env`` (shown before the command)."""
+    shown = [*(f"{k}={v}" for k, v in (env or {}).items()), "python", "-m", "minips", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
     t0 = time.perf_counter()
     e = dict(os.environ)
     e["MINIPS_MPI"] = "0"
+    e.update(env or {})
     p = subprocess.run([sys.executable, "-m", "minips", *map(str, args)], cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout, env=e)
     out = p.stdout + p.stderr

@@ -463,3 +463,49 @@ def check_my_holt(MyHolt):
                            f"MyHolt(k={k}, alpha={alpha}, beta={beta})",
                            "Hint: first arrival: L = G, B = 0. Then the new level uses the OLD L and B; the trend "
                            "uses the new minus the old level; forecast L + k*B.")
+
+
+# =============================================================================
+# Step 10: scaling and the cost model
+# =============================================================================
+S10 = "10_scaling_and_clusters"
+
+
+@register("10.1", S10, "fit_alpha_beta", "that is minips.dist.costmodel.fit_ring_allreduce.")
+def check_fit_alpha_beta(fit_alpha_beta):
+    from minips.dist.costmodel import fit_ring_allreduce, ring_allreduce_time
+
+    rng = np.random.default_rng(101)
+    for P, alpha, beta in ((2, 5e-6, 2e-10), (8, 5e-5, 8e-9)):
+        n = np.array([2.0**k for k in range(3, 25, 2)])
+        t = np.array([ring_allreduce_time(v, P, alpha, beta) for v in n]) * rng.uniform(0.8, 1.3, len(n))
+        want = fit_ring_allreduce(n, t, P).model
+        got = fit_alpha_beta(list(n), list(t), P)
+        assert got is not None and len(got) == 2, "fit_alpha_beta must return (alpha, beta)"
+        a, b = (float(v) for v in got)
+        ok = abs(a - want.alpha) <= 1e-6 * want.alpha + 1e-15 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20
+        assert ok, (f"P = {P}: got alpha {a:.6g}, beta {b:.6g}; expected alpha {want.alpha:.6g}, beta "
+                    f"{want.beta:.6g}. Hint: columns 2(P-1) and 2(P-1)/P*n; divide every row and the target "
+                    "by the measured time (relative errors); clip negatives to 0.")
+    # a case where the unconstrained fit gives a negative latency
+    n = np.array([1e3, 1e5, 1e7])
+    t = np.array([1e-6, 1e-4, 1e-2]) * np.array([1.0, 1.5, 1.0])
+    a, b = (float(v) for v in fit_alpha_beta(list(n), list(t), 2))
+    want = fit_ring_allreduce(n, t, 2).model
+    assert a >= 0 and b >= 0, "clip negative estimates to 0 (a latency or a time per byte cannot be negative)"
+    assert abs(a - want.alpha) <= 1e-9 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20, (
+        f"got ({a:.6g}, {b:.6g}), expected ({want.alpha:.6g}, {want.beta:.6g})")
+
+
+@register("10.2", S10, "weak_scaling_efficiency")
+def check_weak_scaling_efficiency(weak_scaling_efficiency):
+    from minips.dist.costmodel import ring_allreduce_time
+
+    for tc, n, P, a, b in [(0.06, 1.7e6, 2, 5e-5, 8e-9), (0.06, 1.7e6, 64, 5e-5, 8e-9), (0.01, 1e8, 256, 1e-6, 1e-10),
+                           (0.2, 4e5, 1, 5e-5, 8e-9), (0.005, 1.7e6, 1024, 5e-5, 8e-9)]:
+        T = ring_allreduce_time(n, P, a, b)
+        for algo, want in (("sync", tc / (tc + T)), ("pseudo-sync", tc / max(tc, T))):
+            got = weak_scaling_efficiency(tc, n, P, a, b, algo)
+            assert got is not None and abs(got - want) < 1e-9, (
+                f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {got}, expected {want:.6g}. "
+                "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
