@@ -27,7 +27,9 @@
 # **Runs in**: one process, under a minute. **Files to read alongside**:
 # `minips/nn/module.py`, `minips/nn/layers.py`, `minips/nn/conv.py` (Conv2d, ConvNet),
 # `kernels/conv.py` (the kernels; installed as `minips.kernels.conv`),
-# `kernels/reference.py` (their NumPy twins: the readable specification).
+# `kernels/reference.py` (their NumPy twins: the readable specification), and
+# `docs/kernels.md` (the derivations of the backward passes, what made the kernels fast,
+# threads, and measured numbers).
 
 # %%
 import inspect

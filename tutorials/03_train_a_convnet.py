@@ -164,12 +164,15 @@ sgd_momentum = exercise("3.2", sgd_momentum)
 # ```
 #
 # (The Trainer's default algorithm is `pseudo-sync`, the subject of step 7; on one process
-# we ask for `sync`, which there is plain SGD.) Its defaults: batch 64, lr 0.05, momentum
-# 0.9, cosine learning-rate decay over the planned steps.
+# we ask for `sync`, which there is plain SGD.) We also ask for batch 64 like our loop
+# above; the other options keep their defaults, printed below (`schedule="cosine"` decays
+# the learning rate to 0 over the planned steps; `nesterov=True` is Nesterov's variant of
+# momentum, `SGD.apply` in `minips/optim.py`).
 
 # %%
-cfg = TrainConfig(model="convnet", data="fashion-mnist-mini", algo="sync", epochs=2,
+cfg = TrainConfig(model="convnet", data="fashion-mnist-mini", algo="sync", epochs=2, batch_size=64,
                   max_steps=pick(0, 12), out=str(OUT / "convnet"), seed=0)
+print({k: getattr(cfg, k) for k in ("batch_size", "lr", "momentum", "nesterov", "weight_decay", "schedule")})
 trainer = Trainer(cfg)
 summary = trainer.run()
 

@@ -254,7 +254,7 @@ stale_sgd = exercise("7.1", stale_sgd)
 # %% [markdown]
 # ## 4. What it buys: real training on 2 ranks
 #
-# Now the real thing, with the Trainer: the ConvNet for one epoch on 2 ranks (batch 64 per
+# Now the real thing, with the Trainer: the ConvNet for one epoch on 2 ranks (batch 32 per
 # rank), emulated 1 GbE, with `sync`, `pseudo-sync` k = 1 and k = 4 (predictor `last`).
 # The same as
 #
@@ -266,8 +266,8 @@ stale_sgd = exercise("7.1", stale_sgd)
 results = []
 for algo_name, k in (("sync", None), ("pseudo-sync", 1), ("pseudo-sync", 4)):
     label = algo_name if k is None else f"pseudo-sync:last:{k}"
-    cfg = TrainConfig(model="convnet", algo=algo_name, predictor="last", staleness=k or 1, epochs=1,
-                      max_steps=pick(0, 10), network="1gbe", quiet=True, label=label, out=str(OUT / label.replace(":", "-")))
+    cfg = TrainConfig(model="convnet", algo=algo_name, predictor="last", staleness=k or 1, epochs=1, batch_size=32,
+                      max_steps=pick(0, 6), network="1gbe", quiet=True, label=label, out=str(OUT / label.replace(":", "-")))
     s = Trainer(cfg).run()
     results.append(s)
     b = s["time_breakdown"]

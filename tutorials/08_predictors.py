@@ -308,7 +308,7 @@ show(fig, OUT / "predictors_lab.png")
 # %%
 cmp_dir = OUT / "compare"
 mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algos", "sync,pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir, "--quiet",
+            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir, "--quiet",
             *(["--max-steps", "8"] if FAST else [])])
 
 # %%
@@ -320,7 +320,8 @@ with open(cmp_dir / "pseudo-sync-adaptive-2" / "trace.csv") as f:
 lam_real = [float(r["lambda"]) for r in trace if r.get("lambda")]
 rel_real = [float(r["rel_error"]) for r in trace if r.get("rel_error")]
 fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
-a.bar([s["label"] for s in summaries], [s["test_accuracy"] for s in summaries], color=["#4C72B0", "#C44E52", "#55A868"])
+a.bar([s["label"] for s in summaries], [s["test_accuracy"] for s in summaries],
+      color=["#4C72B0", "#C44E52", "#55A868"][-len(summaries):])
 a.set_ylim(0, 1)
 a.set_ylabel("test accuracy after 1 epoch")
 a.set_title("ConvNet, 2 ranks, k = 2, EMULATED 1 GbE")
