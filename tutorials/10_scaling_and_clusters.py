@@ -118,8 +118,10 @@ print(f"1 rank: step {1e3 * p1['step_time_s']:.1f} ms (compute {1e3 * t_c:.1f} m
 for net, ss in p2.items():
     for s in ss:
         eff = s["images_per_s"] / (2 * p1["images_per_s"])
+        b = s["time_breakdown"]
         print(f"2 ranks, {net:4s} network, {s['label']:22s}: step {1e3 * s['step_time_s']:6.1f} ms, "
-              f"wait {1e3 * s['time_breakdown']['wait']:5.1f} ms, weak-scaling efficiency {eff:.2f}")
+              f"wait {1e3 * b['wait']:5.1f} ms, predict {1e3 * b['predict']:5.1f} ms, "
+              f"weak-scaling efficiency {eff:.2f}")
 
 # %% [markdown]
 # Two ranks on two cores of one machine cannot tell you what happens on 64 nodes: the
@@ -127,13 +129,20 @@ for net, ss in p2.items():
 # that one rank had to itself (so even a perfect algorithm can fall short of 1.0 here).
 # An efficiency *above* 1 means the machine is busy with other work: the operating system
 # shares the cores among all running processes, so two ranks get more CPU time than one
-# process does. For larger P we need a model.
+# process does.
+#
+# Look also at the `predict` column: the adaptive predictor's arithmetic (a dozen
+# elementwise operations over all 422k parameters per step, plus its diagnostics) is not
+# free. When it costs as much as the wait it removes, pseudo-sync gains nothing on this
+# network; it pays off when the allreduce is much longer than the predictor (slower
+# networks, more ranks, `last` instead of `adaptive`). For larger P we need a model.
 #
 # ## 3. Project: the cost model
 #
 # Per step and rank: compute `t_c` (measured above, constant under weak scaling), and one
 # allreduce of the whole gradient, `T(n, P)` from the ring model. Ignoring everything else
-# (stragglers, contention, the update):
+# (stragglers, contention, the update and the predictor; add their measured times to `t_c`
+# for a closer estimate):
 #
 # - `sync`: `t_c + T(n, P)`;
 # - `pseudo-sync`, k = 1: `max(t_c, T(n, P))` (step 7, exercise 7.2).
