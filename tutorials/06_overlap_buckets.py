@@ -37,6 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
+from minips import nn
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.dist.algorithms import make_algorithm
@@ -156,10 +157,13 @@ say(inspect.getsource(OverlapSyncSGD._post))
 # is inside `step()`.
 
 # %%
+MODELS = {"convnet": ConvNet, "mlp": lambda: MLP(784, (256,), 10)}
+
+
 def instrumented_steps(algo_name, model_name, network, steps=4, bucket_mb=0.25):
     get_comm(network=network)              # emulate the interconnect
     mp.random.seed(0)
-    model = ConvNet() if model_name == "convnet" else MLP(784, (256,), 10)
+    model = MODELS[model_name]()
     opt = SGD(model.parameters(), lr=0.05, momentum=0.9)
     opts = {"bucket_mb": bucket_mb} if algo_name == "overlap-sync" else {}
     algo = make_algorithm(algo_name, model.parameters(), opt, comm, **opts)
@@ -229,6 +233,51 @@ if comm.rank == 0:
 #   the earlier, the more it hides.
 # - **MLP**: its big layer is the *first* one, so its gradient is necessarily the last to be
 #   ready: overlap cannot hide it, whatever the visit order.
+#
+# ### An experiment: what if `W`'s gradient were ready early?
+#
+# If section 2 found `classifier.0.weight` ready only at the end of backward, the cause is
+# the `Transpose` node between `W` and the product. A layer that stores the weight already
+# transposed, `y = x @ Wt + b`, computes the same function with no `Transpose` node, so
+# `Wt`'s gradient is complete right after the product's backward. Swapping the ConvNet's two
+# `Linear` layers for such a layer changes nothing in the maths, only *when* the big
+# gradient is ready:
+
+# %%
+class LinearWt(nn.Module):
+    """y = x @ Wt + b with Wt = W.T stored as the parameter (no Transpose node)."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.weight_t = nn.Parameter(linear.weight.data.T.copy())
+        self.bias = nn.Parameter(linear.bias.data.copy())
+
+    def forward(self, x):
+        return x @ self.weight_t + self.bias
+
+
+def convnet_wt():
+    m = ConvNet()
+    fc1, relu, drop, fc2 = list(m.classifier)
+    m.classifier = nn.Sequential(LinearWt(fc1), relu, drop, LinearWt(fc2))
+    return m
+
+
+MODELS["convnet, W stored transposed"] = convnet_wt
+tl = instrumented_steps("overlap-sync", "convnet, W stored transposed", "1gbe", steps=pick(4, 2))
+say(f"{tl['label']}: step {1e3 * tl['total']:6.1f} ms, blocked in step() {1e3 * (tl['step'][1] - tl['step'][0]):6.1f} ms "
+    f"(overlap-sync on the plain ConvNet: {1e3 * (timelines[1]['step'][1] - timelines[1]['step'][0]):6.1f} ms)")
+for s_, e_, nb in tl["requests"]:
+    b0, b1 = tl["backward"]
+    hidden = max(0.0, min(e_, b1) - s_) / (e_ - s_) if e_ > s_ else 1.0
+    say(f"    bucket of {nb / 2**20:.2f} MB posted at {1e3 * (s_ - b0):5.1f} ms of a {1e3 * (b1 - b0):5.1f} ms "
+        f"backward; {hidden:.0%} of its flight under the backward pass")
+
+# %% [markdown]
+# With the big gradient ready early, its bucket travels during the convolutions' backward
+# and `step()` waits much less: overlap works when the order of the backward pass lets it.
+# (The same lesson made PyTorch DDP record the order in which gradients actually become
+# ready and build its buckets in that order.)
 #
 # One caveat on the emulation: it charges each request its own ring-allreduce time from its
 # own post time, so two requests in flight at once each get the full modelled bandwidth; a

@@ -204,7 +204,7 @@ if comm.rank == 0:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for k, r in curves.items():
         a.semilogy(np.arange(len(r["loss"])) * 5, r["loss"], label=f"k = {k}" + (" (sync)" if k == 0 else ""))
-    a.set_ylim(top=10)
+    a.set_ylim(top=1e4)
     a.set_xlabel("step")
     a.set_ylabel("full-data loss")
     a.set_title("lr = 0.05: staleness slows convergence, then breaks it")
@@ -223,8 +223,8 @@ if comm.rank == 0:
 
 # %% [markdown]
 # Reading it: at a learning rate sync SGD handles comfortably, one step of staleness is
-# nearly free, more steps slow convergence and then make it diverge. The scan shows the
-# reason: **the largest usable learning rate shrinks as k grows**. By the time a gradient
+# nearly free; with two, the loss stays high and oscillates; with four, it diverges. The
+# scan shows the reason: **the largest usable learning rate shrinks as k grows**. By the time a gradient
 # is applied, the weights have already moved k steps (further still with momentum, which
 # keeps pushing in the old direction), so the correction overshoots. A stale method must
 # either use a smaller learning rate (and converge more slowly) or correct the stale
