@@ -74,7 +74,8 @@ y = (w @ x).tanh().sum() + (x * x).mean()
 
 
 def show_graph(t, indent=0):
-    """Print the graph that produced tensor t, the output at the top."""
+    """Print the graph that produced tensor t, the output at the top (a leaf used twice,
+    like x in x * x, is printed twice)."""
     name = type(t._fn).__name__ if t._fn is not None else "leaf"
     print("  " * indent + f"{name}  shape={t.shape}")
     if t._fn is not None:
@@ -232,8 +233,8 @@ show(fig, OUT / "finite_difference_error.png")
 #
 # `softplus(a) = log(1 + e^a)` is a smooth ReLU. Its forward is given (computed stably with
 # `np.logaddexp`). Write its `backward`: given `g = dL/dy`, return `dL/da`.
-# (Hint: differentiate `log(1 + e^a)`; for numerical safety compute the result from
-# `np.exp(-np.abs(a))`, or from the saved output `y`, without overflow for large `|a|`.)
+# (Hint: differentiate `log(1 + e^a)`. `np.exp(a)` overflows for `a` above about 709; the
+# stable way, used by `minips.ops._sigmoid`, goes through `np.exp(-np.abs(a))`.)
 # The check runs `gradcheck` on your op.
 
 # %%

@@ -107,7 +107,9 @@ print("im2col columns (one per output pixel):\n", kconv.im2col(x_small, g_small)
 # %% [markdown]
 # Column 0 is the top-left 3x3 patch (0 1 2 / 4 5 6 / 8 9 10), read row by row. Here is
 # the Numba kernel that fills `cols` (`kernels/conv.py::_im2col`): a plain loop nest, with
-# `prange` spreading the (image, channel) planes over threads.
+# `prange` spreading the (image, channel) planes over threads. (`_u(...)` casts an index to
+# unsigned, which lets the compiler vectorise the inner loop: `docs/kernels.md`, "Making
+# Numba code fast".)
 
 # %%
 print(inspect.getsource(kconv._im2col.py_func))

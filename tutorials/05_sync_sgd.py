@@ -238,9 +238,11 @@ if comm.rank == 0:
     show(fig, OUT / "sync_breakdown.png")
 
 # %% [markdown]
-# Reading it: on the real shared-memory "network" the wait is small for both models. On
-# emulated Ethernet, the MLP spends most of its step waiting, and even the ConvNet loses a
-# visible share. With P ranks a ring allreduce moves `2 (P-1)/P` times the gradient per
+# Reading it: on an idle machine, the wait on the real shared-memory "network" is small
+# for both models, and on emulated Ethernet the MLP spends most of its step waiting while
+# the ConvNet loses a smaller share. (If your wait is large even on shared memory, your
+# machine is busy: a rank that is descheduled makes the other wait inside the allreduce;
+# see exercise 5.2 below.) With P ranks a ring allreduce moves `2 (P-1)/P` times the gradient per
 # rank and pays `2 (P-1)` latencies, so on a real cluster the wait *grows* with P while
 # the compute per rank stays the same: that is the scaling problem that steps 6-8 attack
 # (step 10 projects it).

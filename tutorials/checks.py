@@ -60,21 +60,17 @@ def check_softplus(Softplus):
 
     rng = np.random.default_rng(11)
     a = rng.standard_normal((3, 5)) * 3
-    a[0, 0], a[0, 1] = 40.0, -40.0   # large |a|: no overflow warnings, right limits
-    with np.errstate(over="raise", invalid="raise"):
-        try:
-            gradcheck(lambda t: Softplus.apply(t), [a])
-        except GradcheckError as e:
-            raise AssertionError(f"your backward disagrees with finite differences: {e}. "
-                                 "Hint: d/da log(1 + e^a) = e^a / (1 + e^a), the logistic sigmoid of a; "
-                                 "multiply by g.") from None
-        except NotImplementedError:
-            raise  # the placeholder is still there (NotImplementedError is a RuntimeError)
-        except RuntimeError as e:  # wrong shape, wrong number of outputs
-            raise AssertionError(f"autograd rejected your backward: {e}") from None
-        except FloatingPointError as e:
-            raise AssertionError(f"your backward overflows for large |a| ({e}); compute the "
-                                 "sigmoid from exp(-|a|) or from the output y = log(1 + e^a)") from None
+    a[0, 0], a[0, 1] = 40.0, -40.0   # large |a|: the derivative must reach its limits 1 and 0
+    try:
+        gradcheck(lambda t: Softplus.apply(t), [a])
+    except GradcheckError as e:
+        raise AssertionError(f"your backward disagrees with finite differences: {e}. "
+                             "Hint: d/da log(1 + e^a) = e^a / (1 + e^a), the logistic sigmoid of a; "
+                             "multiply by g.") from None
+    except NotImplementedError:
+        raise  # the placeholder is still there (NotImplementedError is a RuntimeError)
+    except RuntimeError as e:  # wrong shape, wrong number of outputs
+        raise AssertionError(f"autograd rejected your backward: {e}") from None
     t = mp.tensor(np.array([0.0]), requires_grad=True)
     Softplus.apply(t).sum().backward()
     _close(t.grad, [0.5], "d softplus/da at a = 0", hint="it should be sigmoid(0) = 0.5")
