@@ -239,9 +239,11 @@ def exercise(exercise_id: str, answer, **context):
     except NotImplementedError:
         sol_file = f"tutorials/solutions/{ex.step}.py"
         if not SOLUTIONS:
+            where = ("the cell above; then run both cells again" if IN_NOTEBOOK else
+                     f"tutorials/{ex.step}.py; then run the step again")
             raise ExerciseNotDone(
                 f"Exercise {exercise_id} is not done yet: replace the `raise NotImplementedError` in "
-                f"`{ex.name}` (the cell above) with your code and run both cells again.\n"
+                f"`{ex.name}` with your code ({where}).\n"
                 f"To go on without it, set MINIPS_TUTORIAL_SOLUTIONS=1 (the reference answer in "
                 f"{sol_file} is then used).") from None
         say(f"Exercise {exercise_id}: not done yet; using the reference solution ({sol_file}).")
