@@ -255,6 +255,9 @@ for n in sorted({1, threads_per_rank(1)}):
     set_threads(n)
     print(f"{name} with {n} thread(s): {time_call(fnb, **reps):7.2f} ms")
 set_threads(threads_per_rank(1))
+if threads_per_rank(1) == 1:
+    print("(one thread only: NUMBA_NUM_THREADS is set, or this machine has one core; "
+          "try NUMBA_NUM_THREADS=2 python tutorials/02_layers_and_kernels.py)")
 
 # %% [markdown]
 # If 1 thread wins on your machine, something else is using the cores; set

@@ -55,6 +55,45 @@ if not IN_NOTEBOOK:
 
     matplotlib.use("Agg")  # scripts write PNG files; no screen needed
 
+_THREAD_VARS = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_threadpool_limit = None
+
+
+def _one_thread_on_a_busy_machine() -> None:
+    """On a machine whose cores are already busy, use one Numba/BLAS thread per process.
+
+    A parallel kernel waits for its slowest thread; when other programs occupy the cores,
+    a descheduled thread makes every kernel wait for the scheduler, and a step can take
+    10-100x longer (step 2 measures it; docs/kernels.md, "Threads"). Nothing is changed
+    if you set any of the thread variables yourself, or under mpiexec with a rank per core.
+    """
+    global _threadpool_limit
+    if any(os.environ.get(v) for v in _THREAD_VARS) or not hasattr(os, "getloadavg"):
+        return
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    ranks_here = int(os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
+    load = os.getloadavg()[0]
+    if cores // ranks_here <= 1 or load < cores:
+        return
+    for v in _THREAD_VARS:
+        os.environ[v] = "1"           # for this process (minips reads it) and the commands it starts
+    if "numba" in sys.modules:
+        sys.modules["numba"].set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+        _threadpool_limit = threadpool_limits(1)
+    except ImportError:
+        pass
+    print(f"[tutorials] this machine looks busy (load average {load:.1f} on {cores} cores): using one "
+          "Numba/BLAS thread per process, which is much faster here (step 2 shows why). "
+          "Set NUMBA_NUM_THREADS yourself to choose.", flush=True)
+
+
+_one_thread_on_a_busy_machine()
+
 
 def pick(normal, fast):
     """``normal`` in normal mode, ``fast`` in fast mode (MINIPS_TUTORIAL_FAST=1)."""
