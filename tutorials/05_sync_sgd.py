@@ -91,7 +91,8 @@ say(inspect.getsource(SyncSGD.step))
 # `optimizer.apply(0, weights, direction)` updates everything at once.
 #
 # Every algorithm is driven the same way (`minips/dist/algorithms/base.py`); this is the
-# Trainer's loop without the bookkeeping:
+# Trainer's loop without the bookkeeping, here with a small MLP (784 -> 64 -> 10) so that
+# it takes seconds:
 
 # %%
 def train_sync(steps, batch, seed=0, lr=0.05):
@@ -125,7 +126,7 @@ say(f"after {steps} steps the {P} replicas are bit-identical: {all(s == same[0] 
 # %% [markdown]
 # ## 3. The check: P ranks x batch b == one process x batch P*b
 #
-# Rank 0 now trains the same MLP **alone**, with a plain loop (no MPI at all), batch
+# Rank 0 now trains the same small MLP **alone**, with a plain loop (no MPI at all), batch
 # P*32 from a one-rank sampler, same seed, same number of steps. If the claim is right,
 # the weights agree up to float32 rounding: the sums are the same numbers added in a
 # different order. (`tests/test_mpi.py` checks this for P = 2, 3, 4.)

@@ -21,8 +21,8 @@
 # - `overlap-sync` (`OverlapSyncSGD`, as in Horovod and PyTorch DDP): post each bucket's
 #   Iallreduce from a hook as soon as it is full, so communication runs *during* the rest
 #   of backward. Same maths as `sync`, less waiting;
-# - why it helps the ConvNet but not the MLP: it depends on *when* the big gradients are
-#   produced.
+# - why it can help the ConvNet but not the MLP: it depends on *when* the big gradients are
+#   ready, which depends on the model and on the order in which backward visits the graph.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/06_overlap_buckets.py`, about 1-2 minutes.
 # **Files to read alongside**: `minips/dist/flat.py` (FlatParams, buckets),
