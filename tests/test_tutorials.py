@@ -45,8 +45,17 @@ STEPS = {
     "06_overlap_buckets": 2,
     "07_pseudo_sync": 2,
     "08_predictors": 1,
+    "09_video_captioning": 2,
     "10_scaling_and_clusters": 1,
 }
+
+#: steps that need a part of minips that may not be merged yet -> that module
+NEEDS = {"09_video_captioning": "minips.captioning"}
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+    return bool(module) and importlib.util.find_spec(module) is None
 
 
 def _env(tmp_path, **extra):
@@ -76,6 +85,8 @@ def test_every_step_file_is_listed():
 
 @pytest.mark.parametrize("step", sorted(STEPS))
 def test_tutorial_runs(step, tmp_path):
+    if _missing(NEEDS.get(step, "")):
+        pytest.skip(f"{step} needs {NEEDS[step]}, which this version of minips lacks")
     p = _run_step(step, STEPS[step], tmp_path)
     out = p.stdout + p.stderr
     assert p.returncode == 0, f"{step} failed (exit {p.returncode}):\n{out[-6000:]}"
@@ -100,12 +111,16 @@ def test_every_exercise_has_a_wrong_answer():
 @pytest.mark.parametrize("exercise_id", SERIAL)
 def test_solution_passes_check(exercise_id):
     ex = checks.EXERCISES[exercise_id]
+    if _missing(ex.needs):
+        pytest.skip(f"exercise {exercise_id} needs {ex.needs}")
     ex.check(_solution(ex))
 
 
 @pytest.mark.parametrize("exercise_id", SERIAL)
 def test_check_rejects_wrong_answer(exercise_id):
     ex = checks.EXERCISES[exercise_id]
+    if _missing(ex.needs):
+        pytest.skip(f"exercise {exercise_id} needs {ex.needs}")
     for bad in wrong.WRONG[exercise_id]():
         with pytest.raises(AssertionError):
             ex.check(bad)

@@ -314,6 +314,34 @@ def _w102():
     return [inverted, pseudo_is_free]
 
 
+def _w91():
+    from minips.captioning import VOCAB
+
+    def no_bos(text, length):
+        ids = [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()] + [VOCAB.EOS]
+        return np.array(ids + [VOCAB.PAD] * (length - len(ids)), np.int64)
+
+    def pads_with_eos(text, length):
+        ids = [VOCAB.BOS] + [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()]
+        return np.array(ids + [VOCAB.EOS] * (length - len(ids)), np.int64)
+    return [no_bos, pads_with_eos]
+
+
+def _w92():
+    def counts_padding(logits, targets, pad_id):
+        z = logits - logits.max(axis=-1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+        return float(-(picked * (targets != pad_id)).sum() / targets.size)
+
+    def unstable(logits, targets, pad_id):
+        p = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+        picked = np.take_along_axis(np.log(p), targets[..., None], axis=-1)[..., 0]
+        real = targets != pad_id
+        return float(-(picked * real).sum() / real.sum())
+    return [counts_padding, unstable]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -323,5 +351,6 @@ WRONG = {
     "6.1": _w61, "6.2": _w62,
     "7.1": _w71, "7.2": _w72,
     "8.1": _w81, "8.2": _w82,
+    "9.1": _w91, "9.2": _w92,
     "10.1": _w101, "10.2": _w102,
 }

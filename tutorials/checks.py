@@ -24,15 +24,16 @@ class Exercise:
     check: Callable    # check(answer, **context): raises AssertionError if wrong
     praise: str = ""   # printed after "correct."
     mpi: bool = False  # the check needs several ranks to be meaningful
+    needs: str = ""    # a module the check imports that older versions of minips lack
 
 
 #: exercise id -> Exercise
 EXERCISES: dict[str, Exercise] = {}
 
 
-def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False):
+def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False, needs: str = ""):
     def deco(fn):
-        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi)
+        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi, needs)
         return fn
     return deco
 
@@ -459,6 +460,54 @@ def check_my_holt(MyHolt):
                            f"MyHolt(k={k}, alpha={alpha}, beta={beta})",
                            "Hint: first arrival: L = G, B = 0. Then the new level uses the OLD L and B; the trend "
                            "uses the new minus the old level; forecast L + k*B.")
+
+
+# =============================================================================
+# Step 9: video captioning
+# =============================================================================
+S09 = "09_video_captioning"
+
+
+@register("9.1", S09, "encode_caption", "that is Vocab.encode.", needs="minips.captioning")
+def check_encode_caption(encode_caption):
+    from minips.captioning import VOCAB
+
+    for text, length in (("a sneaker moves up", 11), ("a bag moves down-left and a coat moves right", 11),
+                         ("a zebra moves up", 8), ("a dress moves left", 6)):
+        got = encode_caption(text, length)
+        want = VOCAB.encode(text, length)
+        assert got is not None, "encode_caption returned None"
+        got = np.asarray(got)
+        assert got.dtype.kind in "iu", f"token ids must be integers, got dtype {got.dtype}"
+        assert got.shape == want.shape and np.array_equal(got, want), (
+            f"encode_caption({text!r}, {length}) = {got.tolist()}, expected {want.tolist()} "
+            f"({VOCAB.decode(want)!r}). Hint: <bos> first, <eos> after the last word, <pad> to the length; "
+            "unknown words are <unk>.")
+
+
+@register("9.2", S09, "masked_cross_entropy", "that is nn.sequence_cross_entropy, which VideoCaptioner.loss uses.",
+          needs="minips.captioning")
+def check_masked_cross_entropy(masked_cross_entropy):
+    import minips as mp
+    from minips import nn
+
+    rng = np.random.default_rng(92)
+    for L, N, V, pad in ((5, 3, 7, 0), (10, 4, 25, 0), (3, 2, 4, 3)):
+        logits = (rng.standard_normal((L, N, V)) * 3).astype(np.float64)
+        logits[0, 0, 0] = 300.0    # a large logit: the log-softmax must subtract the maximum
+        targets = rng.integers(0, V, (L, N))
+        targets[-2:, 0] = pad      # padding at the end of a sequence
+        if not (targets != pad).any():
+            targets[0, 0] = (pad + 1) % V
+        want = nn.sequence_cross_entropy(mp.tensor(logits), targets, pad_id=pad).item()
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
+        assert got is not None and np.isfinite(float(got)), (
+            f"masked_cross_entropy returned {got}; with a logit of 300 the naive exp overflows: subtract the "
+            "maximum over V before exponentiating")
+        assert abs(float(got) - want) <= 1e-6 * max(1.0, abs(want)), (
+            f"masked_cross_entropy = {float(got):.6f}, expected {want:.6f} (L={L}, N={N}, V={V}, pad_id={pad}). "
+            "Hint: average over the positions where targets != pad_id only, not over all L*N.")
 
 
 # =============================================================================
