@@ -494,7 +494,7 @@ def check_masked_cross_entropy(masked_cross_entropy):
     rng = np.random.default_rng(92)
     for L, N, V, pad in ((5, 3, 7, 0), (10, 4, 25, 0), (3, 2, 4, 3)):
         logits = (rng.standard_normal((L, N, V)) * 3).astype(np.float64)
-        logits[0, 0, 0] = 300.0    # a large logit: the log-softmax must subtract the maximum
+        logits[0, 0, 0] = 800.0    # exp(800) overflows: the log-softmax must subtract the maximum
         targets = rng.integers(0, V, (L, N))
         targets[-2:, 0] = pad      # padding at the end of a sequence
         if not (targets != pad).any():
@@ -503,7 +503,7 @@ def check_masked_cross_entropy(masked_cross_entropy):
         with np.errstate(over="ignore", invalid="ignore"):
             got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
         assert got is not None and np.isfinite(float(got)), (
-            f"masked_cross_entropy returned {got}; with a logit of 300 the naive exp overflows: subtract the "
+            f"masked_cross_entropy returned {got}; with a logit of 800 the naive exp overflows: subtract the "
             "maximum over V before exponentiating")
         assert abs(float(got) - want) <= 1e-6 * max(1.0, abs(want)), (
             f"masked_cross_entropy = {float(got):.6f}, expected {want:.6f} (L={L}, N={N}, V={V}, pad_id={pad}). "
