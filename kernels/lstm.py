@@ -39,7 +39,7 @@ Twins: :func:`minips.kernels.reference.lstm_forward` / ``lstm_backward``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 __all__ = ["lstm_forward", "lstm_backward", "step_forward", "step_backward", "tanh", "sigmoid"]
@@ -122,7 +122,7 @@ def _cell_update(i, f, g, o, c_prev, c, tanh_c, h):
         h[j] = o[j] * tc
 
 
-@njit(parallel=True, **_FAST)
+@njit(**_FAST)
 def step_forward(z, zh, b, c_prev, c, tanh_c, h):
     """One forward step, fused: add, activate, update the cell.
 
@@ -131,7 +131,7 @@ def step_forward(z, zh, b, c_prev, c, tanh_c, h):
     b (4H,). c_prev (N, H). Writes c, tanh_c, h (N, H).
     """
     n, hidden = c.shape
-    for r in prange(n):  # batch rows are independent
+    for r in range(n):
         zr, zhr = z[r], zh[r]
         _add_sigmoid(zr[:2 * hidden], zhr[:2 * hidden], b[:2 * hidden])  # i, f
         _add_tanh(zr[2 * hidden:3 * hidden], zhr[2 * hidden:3 * hidden], b[2 * hidden:3 * hidden])  # g
@@ -153,7 +153,7 @@ def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, dh, dc, di, df, dg, do):
         dc[j] = dcj * f[j]                               # on to c_{t-1}
 
 
-@njit(parallel=True, **_FAST)
+@njit(**_FAST)
 def step_backward(gates, c_prev, tanh_c, dh_out, dh, dc, dz):
     """One backward step, fused (derivation in docs/lstm.md).
 
@@ -164,7 +164,7 @@ def step_backward(gates, c_prev, tanh_c, dh_out, dh, dc, dz):
     Writes dz (N, 4H), the gradient w.r.t. the pre-activations z_t.
     """
     n, hidden = dc.shape
-    for r in prange(n):
+    for r in range(n):
         gr, dzr = gates[r], dz[r]
         _cell_backward(gr[:hidden], gr[hidden:2 * hidden], gr[2 * hidden:3 * hidden], gr[3 * hidden:],
                        c_prev[r], tanh_c[r], dh_out[r], dh[r], dc[r],
