@@ -28,6 +28,182 @@ def softmax_xent_backward(probs: np.ndarray, y: np.ndarray, g) -> np.ndarray:
     return (float(g) * (probs - onehot) / max(n, 1)).astype(probs.dtype)
 
 
+# =============================================================================
+# conv.py: 2-D convolution (NCHW). Names as in minips.kernels.conv:
+# x (N, C, H, W), w (K, C, R, S), b (K,), stride (sh, sw), padding (ph, pw),
+# y (N, K, P, Q).
+# =============================================================================
+def _conv_sizes(x_shape, w_shape, stride, padding):
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    N, C, H, W = x_shape
+    K, _, R, S = w_shape
+    P = (H + 2 * ph - R) // sh + 1
+    Q = (W + 2 * pw - S) // sw + 1
+    return N, C, H, W, K, R, S, sh, sw, ph, pw, P, Q
+
+
+def _pair(v):
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
+def _window(xp, r, s, sh, sw, P, Q):
+    """The input pixels that kernel offset (r, s) touches for every output
+    pixel: ``xp[:, :, p*sh + r, q*sw + s]`` for all p, q; shape (N, C, P, Q).
+    ``xp`` is the zero-padded input."""
+    return xp[:, :, r:r + sh * (P - 1) + 1:sh, s:s + sw * (Q - 1) + 1:sw]
+
+
+def conv2d_forward(x, w, b=None, stride=1, padding=0):
+    """Twin of :func:`minips.kernels.conv.conv2d_forward` (returns y only).
+
+    A convolution is a sum over kernel offsets (r, s): each offset multiplies
+    a shifted (and strided) view of the padded input by the K x C matrix
+    ``w[:, :, r, s]``.
+    """
+    N, C, H, W, K, R, S, sh, sw, ph, pw, P, Q = _conv_sizes(x.shape, w.shape, stride, padding)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    y = np.zeros((N, K, P, Q), dtype=x.dtype)
+    for r in range(R):
+        for s in range(S):
+            y += np.einsum("ncpq,kc->nkpq", _window(xp, r, s, sh, sw, P, Q), w[:, :, r, s])
+    if b is not None:
+        y += b[None, :, None, None]
+    return y
+
+
+def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0):
+    """Twin of :func:`minips.kernels.conv.conv2d_backward_data`: dL/dx.
+
+    Each input pixel received ``w[k, c, r, s] * x`` in the forward sum; so it
+    gets back ``w[k, c, r, s] * gy`` through the same window, summed over
+    every (k, r, s) it took part in. The padding's share is cut off.
+    """
+    N, C, H, W, K, R, S, sh, sw, ph, pw, P, Q = _conv_sizes(x_shape, w.shape, stride, padding)
+    gxp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dtype=gy.dtype)
+    for r in range(R):
+        for s in range(S):
+            _window(gxp, r, s, sh, sw, P, Q)[...] += np.einsum("nkpq,kc->ncpq", gy, w[:, :, r, s])
+    return gxp[:, :, ph:ph + H, pw:pw + W]
+
+
+def conv2d_backward_weight(gy, x, w_shape, stride=1, padding=0):
+    """Twin of :func:`minips.kernels.conv.conv2d_backward_weight`: (dL/dw, dL/db).
+
+    ``dL/dw[k, c, r, s]`` sums ``gy[n, k, p, q] * x[n, c, p*sh - ph + r, q*sw - pw + s]``
+    over n, p, q (the window of offset (r, s)); ``dL/db[k]`` sums gy[:, k].
+    """
+    N, C, H, W, K, R, S, sh, sw, ph, pw, P, Q = _conv_sizes(x.shape, w_shape, stride, padding)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    gw = np.zeros(w_shape, dtype=gy.dtype)
+    for r in range(R):
+        for s in range(S):
+            gw[:, :, r, s] = np.einsum("nkpq,ncpq->kc", gy, _window(xp, r, s, sh, sw, P, Q))
+    return gw, gy.sum(axis=(0, 2, 3))
+
+
+def im2col(x, R, S, stride=1, padding=0):
+    """Twin of :func:`minips.kernels.conv.im2col`: (C*R*S, N*P*Q) patches.
+
+    Row ``(c*R + r)*S + s`` holds, for every output pixel (n, p, q), the input
+    value that weight ``w[:, c, r, s]`` multiplies.
+    """
+    N, C, H, W, _, R, S, sh, sw, ph, pw, P, Q = _conv_sizes(x.shape, (1, x.shape[1], R, S),
+                                                           stride, padding)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    cols = np.empty((C, R, S, N, P, Q), dtype=x.dtype)
+    for r in range(R):
+        for s in range(S):
+            cols[:, r, s] = _window(xp, r, s, sh, sw, P, Q).transpose(1, 0, 2, 3)
+    return cols.reshape(C * R * S, N * P * Q)
+
+
+def col2im(cols, x_shape, R, S, stride=1, padding=0):
+    """Twin of :func:`minips.kernels.conv.col2im`: the adjoint of :func:`im2col`
+    (add every column entry back where im2col read it)."""
+    N, C, H, W, _, R, S, sh, sw, ph, pw, P, Q = _conv_sizes(x_shape, (1, x_shape[1], R, S),
+                                                           stride, padding)
+    c6 = cols.reshape(C, R, S, N, P, Q)
+    gxp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dtype=cols.dtype)
+    for r in range(R):
+        for s in range(S):
+            _window(gxp, r, s, sh, sw, P, Q)[...] += c6[:, r, s].transpose(1, 0, 2, 3)
+    return gxp[:, :, ph:ph + H, pw:pw + W]
+
+
+# =============================================================================
+# pool.py: max and average pooling over (kh, kw) windows with stride (sh, sw),
+# no padding; output (N, C, P, Q), P = (H - kh) // sh + 1, Q = (W - kw) // sw + 1.
+# =============================================================================
+def _pool_windows(x, kernel, stride):
+    """All windows as one array (kh*kw, N, C, P, Q), offsets in row-major order
+    (i, j) -> i*kw + j, so argmax picks the first maximum in that order."""
+    (kh, kw), (sh, sw) = _pair(kernel), _pair(stride)
+    N, C, H, W = x.shape
+    P, Q = (H - kh) // sh + 1, (W - kw) // sw + 1
+    return np.stack([x[:, :, i:i + sh * (P - 1) + 1:sh, j:j + sw * (Q - 1) + 1:sw]
+                     for i in range(kh) for j in range(kw)]), (kh, kw, sh, sw, P, Q)
+
+
+def maxpool2d_forward(x, kernel, stride):
+    """Twin of :func:`minips.kernels.pool.maxpool2d_forward`.
+
+    Returns ``(y, argmax)``: y (N, C, P, Q) the window maxima; argmax (N, C, P, Q)
+    int32, the flat index ``h*W + w`` in the input plane of the maximum (the
+    first one in row-major window order when several are equal).
+    """
+    win, (kh, kw, sh, sw, P, Q) = _pool_windows(x, kernel, stride)
+    k = win.argmax(axis=0)                      # window offset i*kw + j
+    i, j = np.divmod(k, kw)
+    p = np.arange(P)[:, None]
+    q = np.arange(Q)[None, :]
+    argmax = (p * sh + i) * x.shape[3] + (q * sw + j)
+    return win.max(axis=0), argmax.astype(np.int32)
+
+
+def maxpool2d_backward(gy, argmax, x_shape):
+    """Twin of :func:`minips.kernels.pool.maxpool2d_backward`: each output's
+    gradient goes to the input element that was the maximum (added up where
+    overlapping windows chose the same element)."""
+    N, C, H, W = x_shape
+    gx = np.zeros((N * C, H * W), dtype=gy.dtype)
+    rows = np.arange(N * C)[:, None]
+    np.add.at(gx, (rows, argmax.reshape(N * C, -1)), gy.reshape(N * C, -1))
+    return gx.reshape(x_shape)
+
+
+def avgpool2d_forward(x, kernel, stride):
+    """Twin of :func:`minips.kernels.pool.avgpool2d_forward`: window means."""
+    win, _ = _pool_windows(x, kernel, stride)
+    return win.mean(axis=0).astype(x.dtype)
+
+
+def avgpool2d_backward(gy, x_shape, kernel, stride):
+    """Twin of :func:`minips.kernels.pool.avgpool2d_backward`: every element of a
+    window gets ``gy / (kh*kw)`` (summed over the windows it belongs to)."""
+    (kh, kw), (sh, sw) = _pair(kernel), _pair(stride)
+    _, _, P, Q = gy.shape
+    gx = np.zeros(x_shape, dtype=gy.dtype)
+    share = gy / (kh * kw)
+    for i in range(kh):
+        for j in range(kw):
+            gx[:, :, i:i + sh * (P - 1) + 1:sh, j:j + sw * (Q - 1) + 1:sw] += share
+    return gx
+
+
+# =============================================================================
+# elementwise.py: ReLU
+# =============================================================================
+def relu_forward(x):
+    """Twin of :func:`minips.kernels.elementwise.relu_forward`: ``max(x, 0)``."""
+    return np.maximum(x, 0).astype(x.dtype)
+
+
+def relu_backward(y, gy):
+    """Twin of :func:`minips.kernels.elementwise.relu_backward`: ``gy`` where the
+    output ``y`` is positive, else 0 (the subgradient at 0 is taken as 0)."""
+    return np.where(y > 0, gy, 0).astype(gy.dtype)
+
+
 # --- lstm.py -------------------------------------------------------------------
 # Gate order along the 4H axis: (i, f, g, o), as in minips.kernels.lstm.
 def _sigmoid(x):

@@ -392,12 +392,19 @@ class Sigmoid(Function):
 
 
 class ReLU(Function):
+    """``max(a, 0)`` through the Numba kernels of :mod:`minips.kernels.elementwise`;
+    backward keeps only the output (``y > 0`` exactly where ``a > 0``)."""
+
     def forward(self, a):
-        self.mask = a > 0
-        return a * self.mask
+        from .kernels import elementwise as kew
+        if a.dtype.kind != "f":  # integer input: no gradient, no kernel needed
+            return np.maximum(a, 0)
+        self.out = kew.relu_forward(a)
+        return self.out
 
     def backward(self, g):
-        return g * self.mask
+        from .kernels import elementwise as kew
+        return kew.relu_backward(self.out, g)
 
 
 def exp(a) -> Tensor:

@@ -1,0 +1,392 @@
+"""``python -m minips bench kernels``: time every kernel against its NumPy twin
+and (when importable) the same operation in PyTorch CPU at equal threads.
+
+For each kernel and shape (the ConvNet's layer shapes at batch 64 and 128,
+plus a 3->64 convolution on 32x32 images) the table shows milliseconds for
+Numba, the NumPy twin and PyTorch, the ratios numba/torch and numpy/numba,
+and what the kernel achieves: GFLOP/s and the fraction of this CPU's float32
+peak for compute-bound kernels (convolutions), GB/s and the fraction of the
+measured memory bandwidth for memory-bound ones (pooling, ReLU). How the
+peak is computed: :mod:`minips.kernels.cpuinfo` and ``docs/kernels.md``.
+
+Times are the *best* of several runs (a shared machine only ever adds time).
+
+Adding cases (e.g. from ``minips/bench/lstm.py``): append a provider to
+:data:`KERNEL_CASES`, a function ``provider(ctx) -> iterable of Case``, or
+decorate it with :func:`register_cases`. Modules named in :data:`CASE_MODULES`
+are imported when the benchmark runs, if they exist.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .cli import register_bench
+
+__all__ = ["Case", "BenchContext", "KERNEL_CASES", "CASE_MODULES", "register_cases",
+           "time_call", "run_cases", "run"]
+
+
+@dataclass
+class Case:
+    """One row of the table: a kernel on one shape.
+
+    Attributes:
+        kernel: what is timed, e.g. ``"conv2d fwd+bwd"``.
+        shape: a short description of the sizes, e.g. ``"N64 32->64 14x14 k3"``.
+        numba: the kernel call (no arguments; inputs prepared beforehand).
+        numpy: the NumPy twin doing the same work, or None.
+        torch: the same operation in PyTorch, or None (torch missing or no equivalent).
+        flops: floating-point operations per call (0: not compute-bound).
+        bytes: the least memory traffic per call, bytes read + written (0: not counted).
+    """
+    kernel: str
+    shape: str
+    numba: Callable
+    numpy: Callable | None = None
+    torch: Callable | None = None
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass
+class BenchContext:
+    """What providers get: the batch sizes, a seeded generator, torch (or None)."""
+    batches: tuple = (64, 128)
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    torch: object = None
+    dtype: type = np.float32
+
+    def randn(self, *shape):
+        return self.rng.standard_normal(shape).astype(self.dtype)
+
+
+#: Providers of benchmark cases, called in order: ``provider(ctx) -> iterable of Case``.
+KERNEL_CASES: list = []
+#: Modules imported (if present) before the cases are collected; they register providers.
+CASE_MODULES = ["minips.bench.lstm"]
+
+
+def register_cases(provider):
+    """Decorator: add ``provider(ctx) -> iterable of Case`` to :data:`KERNEL_CASES`."""
+    KERNEL_CASES.append(provider)
+    return provider
+
+
+# --- the cases of this module -----------------------------------------------------
+def _conv_shapes(batches):
+    """(N, C, K, H) of the ConvNet's two convolutions, and 3->64 on 32x32."""
+    for n in batches:
+        yield n, 1, 32, 28
+        yield n, 32, 64, 14
+        yield n, 3, 64, 32
+
+
+@register_cases
+def conv_cases(ctx: BenchContext):
+    from ..kernels import conv
+    from ..kernels import reference as ref
+    torch = ctx.torch
+    for N, C, K, H in _conv_shapes(ctx.batches):
+        x, w, b = ctx.randn(N, C, H, H), ctx.randn(K, C, 3, 3), ctx.randn(K)
+        gy = ctx.randn(N, K, H, H)
+        # The ConvNet needs no gradient for its input images: the first layer
+        # skips dL/dx, as PyTorch does when the input does not require grad.
+        need_x = C > 3
+        flops1 = conv.geometry(x.shape, w.shape, 1, 1).flops_forward
+        shape = f"N{N} {C}->{K} {H}x{H} k3"
+
+        def numba_fwd(x=x, w=w, b=b):
+            return conv.conv2d_forward(x, w, b, 1, 1)
+
+        def numba_fwd_bwd(x=x, w=w, b=b, gy=gy, need_x=need_x):
+            _, saved = conv.conv2d_forward(x, w, b, 1, 1)
+            return conv.conv2d_backward(gy, w, saved, need_x=need_x)
+
+        def numpy_fwd(x=x, w=w, b=b):
+            return ref.conv2d_forward(x, w, b, 1, 1)
+
+        def numpy_fwd_bwd(x=x, w=w, b=b, gy=gy, need_x=need_x):
+            ref.conv2d_forward(x, w, b, 1, 1)
+            ref.conv2d_backward_weight(gy, x, w.shape, 1, 1)
+            if need_x:
+                ref.conv2d_backward_data(gy, w, x.shape, 1, 1)
+
+        t_fwd = t_fwd_bwd = None
+        if torch is not None:
+            F = torch.nn.functional
+            xt, wt, bt, gyt = (torch.from_numpy(a) for a in (x, w, b, gy))
+            xg = xt.clone().requires_grad_(need_x)
+            wg, bg = wt.clone().requires_grad_(), bt.clone().requires_grad_()
+
+            def t_fwd(xt=xt, wt=wt, bt=bt):
+                with torch.no_grad():
+                    return F.conv2d(xt, wt, bt, padding=1)
+
+            def t_fwd_bwd(xg=xg, wg=wg, bg=bg, gyt=gyt):
+                F.conv2d(xg, wg, bg, padding=1).backward(gyt)
+                xg.grad = wg.grad = bg.grad = None
+        yield Case("conv2d fwd", shape, numba_fwd, numpy_fwd, t_fwd, flops=flops1)
+        yield Case("conv2d fwd+bwd", shape, numba_fwd_bwd, numpy_fwd_bwd, t_fwd_bwd,
+                   flops=flops1 * (3 if need_x else 2))
+
+
+def _activation_shapes(batches):
+    for n in batches:
+        yield n, 32, 28
+        yield n, 64, 14
+
+
+@register_cases
+def pool_cases(ctx: BenchContext):
+    from ..kernels import pool
+    from ..kernels import reference as ref
+    torch = ctx.torch
+    for N, C, H in _activation_shapes(ctx.batches):
+        x = ctx.randn(N, C, H, H)
+        y, argmax = pool.maxpool2d_forward(x, 2, 2)
+        gy = ctx.randn(*y.shape)
+        shape = f"N{N} C{C} {H}x{H} k2"
+        # least traffic: read x, write y and argmax (int32) / read gy, argmax, write gx
+        fwd_bytes = x.nbytes + y.nbytes + argmax.nbytes
+        bwd_bytes = gy.nbytes + argmax.nbytes + x.nbytes
+        t_fwd = t_fwd_bwd = None
+        if torch is not None:
+            F = torch.nn.functional
+            xt, gyt = torch.from_numpy(x), torch.from_numpy(gy)
+            xg = xt.clone().requires_grad_()
+
+            def t_fwd(xt=xt):
+                with torch.no_grad():
+                    return F.max_pool2d(xt, 2)
+
+            def t_fwd_bwd(xg=xg, gyt=gyt):
+                F.max_pool2d(xg, 2).backward(gyt)
+                xg.grad = None
+        yield Case("maxpool2d fwd", shape, lambda x=x: pool.maxpool2d_forward(x, 2, 2),
+                   lambda x=x: ref.maxpool2d_forward(x, 2, 2), t_fwd, bytes=fwd_bytes)
+
+        def numba_mp(x=x, gy=gy):
+            _, am = pool.maxpool2d_forward(x, 2, 2)
+            return pool.maxpool2d_backward(gy, am, x.shape)
+
+        def numpy_mp(x=x, gy=gy):
+            _, am = ref.maxpool2d_forward(x, 2, 2)
+            return ref.maxpool2d_backward(gy, am, x.shape)
+        yield Case("maxpool2d fwd+bwd", shape, numba_mp, numpy_mp, t_fwd_bwd, bytes=fwd_bytes + bwd_bytes)
+        t_avg = None
+        if torch is not None:
+            def t_avg(xt=xt):
+                with torch.no_grad():
+                    return F.avg_pool2d(xt, 2)
+        yield Case("avgpool2d fwd", shape, lambda x=x: pool.avgpool2d_forward(x, 2, 2),
+                   lambda x=x: ref.avgpool2d_forward(x, 2, 2), t_avg, bytes=x.nbytes + y.nbytes)
+
+
+@register_cases
+def elementwise_cases(ctx: BenchContext):
+    from ..kernels import elementwise as ew
+    from ..kernels import reference as ref
+    torch = ctx.torch
+    for N, C, H in _activation_shapes(ctx.batches):
+        x = ctx.randn(N, C, H, H)
+        gy = ctx.randn(N, C, H, H)
+        y = ew.relu_forward(x)
+        shape = f"N{N} C{C} {H}x{H}"
+        t_fwd = t_bwd = None
+        if torch is not None:
+            xt, gyt, yt = (torch.from_numpy(a) for a in (x, gy, y))
+
+            def t_fwd(xt=xt):
+                return torch.relu(xt)
+
+            def t_bwd(yt=yt, gyt=gyt):
+                # what autograd's ReLU backward computes
+                return torch.ops.aten.threshold_backward(gyt, yt, 0)
+        yield Case("relu fwd", shape, lambda x=x: ew.relu_forward(x), lambda x=x: ref.relu_forward(x),
+                   t_fwd, bytes=2 * x.nbytes)
+        yield Case("relu bwd", shape, lambda y=y, gy=gy: ew.relu_backward(y, gy),
+                   lambda y=y, gy=gy: ref.relu_backward(y, gy), t_bwd, bytes=3 * x.nbytes)
+
+
+@register_cases
+def loss_cases(ctx: BenchContext):
+    from ..kernels import loss
+    from ..kernels import reference as ref
+    torch = ctx.torch
+    for N in ctx.batches:
+        z = ctx.randn(N, 10)
+        y = ctx.rng.integers(0, 10, N)
+
+        def numba_fb(z=z, y=y):
+            _, p = loss.softmax_xent_forward(z, y)
+            return loss.softmax_xent_backward(p, y, 1.0)
+
+        def numpy_fb(z=z, y=y):
+            _, p = ref.softmax_xent_forward(z, y)
+            return ref.softmax_xent_backward(p, y, 1.0)
+        t_fb = None
+        if torch is not None:
+            zg, yt = torch.from_numpy(z).requires_grad_(), torch.from_numpy(y)
+
+            def t_fb(zg=zg, yt=yt):
+                torch.nn.functional.cross_entropy(zg, yt).backward()
+                zg.grad = None
+        yield Case("softmax-xent fwd+bwd", f"N{N} C10", numba_fb, numpy_fb, t_fb)
+
+
+# --- timing -------------------------------------------------------------------------
+def time_call(fn, min_reps: int = 5, min_seconds: float = 0.2, max_reps: int = 200) -> float:
+    """Best wall time of ``fn()`` in milliseconds, after two warm-up calls
+    (compilation, first-touch page faults). Runs at least ``min_reps`` times and
+    until ``min_seconds`` have passed (or ``max_reps``)."""
+    fn()
+    fn()
+    best, total, reps = np.inf, 0.0, 0
+    while reps < min_reps or (total < min_seconds and reps < max_reps):
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        best, total, reps = min(best, dt), total + dt, reps + 1
+    return best * 1e3
+
+
+def set_threads(n: int, torch=None) -> int:
+    """Use ``n`` threads in Numba, BLAS (through threadpoolctl) and torch; returns n
+    (capped at Numba's pool size)."""
+    import numba
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        pass
+    if torch is not None:
+        torch.set_num_threads(n)
+    return n
+
+
+def _import_torch():
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def collect_cases(ctx: BenchContext, only: str | None = None) -> list:
+    """Every provider's cases (after importing :data:`CASE_MODULES`), optionally
+    only those whose kernel or shape contains ``only``."""
+    for mod in CASE_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+    cases = [c for provider in KERNEL_CASES for c in provider(ctx)]
+    if only:
+        cases = [c for c in cases if only in c.kernel or only in c.shape]
+    return cases
+
+
+def run_cases(cases, threads: int, peak_gflops: float, bandwidth_gbs: float, quick: bool = False) -> list:
+    """Time each case; returns one dict per case (the JSON rows)."""
+    reps = dict(min_reps=2, min_seconds=0.0) if quick else {}
+    rows = []
+    for c in cases:
+        ms = {k: (time_call(f, **reps) if f is not None else None)
+              for k, f in (("numba", c.numba), ("numpy", c.numpy), ("torch", c.torch))}
+        row = {"kernel": c.kernel, "shape": c.shape, "threads": threads,
+               "numba_ms": ms["numba"], "numpy_ms": ms["numpy"], "torch_ms": ms["torch"],
+               "numba_over_torch": ms["numba"] / ms["torch"] if ms["torch"] else None,
+               "numpy_over_numba": ms["numpy"] / ms["numba"] if ms["numpy"] else None,
+               "gflops": c.flops / ms["numba"] / 1e6 if c.flops else None,
+               "gbs": c.bytes / ms["numba"] / 1e6 if c.bytes else None}
+        row["peak_fraction"] = row["gflops"] / peak_gflops if row["gflops"] else None
+        row["bandwidth_fraction"] = row["gbs"] / bandwidth_gbs if row["gbs"] else None
+        rows.append(row)
+    return rows
+
+
+def format_table(rows) -> str:
+    """The rows as a fixed-width text table."""
+    def f(v, fmt):
+        return format(v, fmt) if v is not None else "-".rjust(int(fmt.split(".")[0]))
+    head = (f"{'kernel':<22}{'shape':<24}{'numba ms':>9}{'numpy ms':>10}{'torch ms':>9}"
+            f"{'nb/torch':>9}{'np/nb':>7}{'GFLOP/s':>9}{'%peak':>7}{'GB/s':>7}{'%bw':>6}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['kernel']:<22}{r['shape']:<24}{f(r['numba_ms'], '9.3f')}{f(r['numpy_ms'], '10.2f')}"
+                     f"{f(r['torch_ms'], '9.3f')}{f(r['numba_over_torch'], '9.2f')}{f(r['numpy_over_numba'], '7.1f')}"
+                     f"{f(r['gflops'], '9.1f')}"
+                     f"{f(r['peak_fraction'] and 100 * r['peak_fraction'], '7.0f')}"
+                     f"{f(r['gbs'], '7.1f')}{f(r['bandwidth_fraction'] and 100 * r['bandwidth_fraction'], '6.0f')}")
+    return "\n".join(lines)
+
+
+def machine_report(threads: int, torch) -> dict:
+    """CPU, peak (stated and measured), bandwidth, versions: the JSON header."""
+    import numba
+
+    from ..kernels import cpuinfo
+    info = cpuinfo.detect()
+    measured_core = cpuinfo.measure_fma_gflops()
+    return {
+        "cpu": info.model, "cores": info.cores, "simd": info.simd, "vector_bits": info.vector_bits,
+        "fma_units": info.fma_units, "ghz": info.ghz, "ghz_source": info.ghz_source,
+        "peak_arithmetic": info.arithmetic(),
+        "peak_gflops_per_core_stated": info.peak_gflops_per_core,
+        "peak_gflops_per_core_measured": measured_core,
+        "implied_ghz": measured_core / info.flops_per_cycle,
+        "threads": threads, "peak_gflops": measured_core * threads,
+        "bandwidth_gbs": cpuinfo.measure_bandwidth_gbs(),
+        "numpy": np.__version__, "numba": numba.__version__,
+        "torch": getattr(torch, "__version__", None), "python": platform.python_version(),
+        "threading_layer": None,
+    }
+
+
+# --- the command ----------------------------------------------------------------------
+@register_bench("kernels", help="Numba kernels vs NumPy twins vs PyTorch CPU (table + JSON)")
+def add_arguments(p):
+    p.add_argument("--threads", type=int, help="threads for Numba, BLAS and torch "
+                   "(default: cores / ranks on the node, or NUMBA_NUM_THREADS)")
+    p.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
+    p.add_argument("--batch", type=int, nargs="+", default=[64, 128], help="batch sizes (default 64 128)")
+    p.add_argument("--only", help="run only cases whose kernel or shape contains this text, e.g. conv2d")
+    p.add_argument("--no-torch", action="store_true", help="do not time PyTorch even if installed")
+    p.add_argument("--quick", action="store_true", help="two timed runs per case (a smoke test, noisy)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the kernel benchmark; print the table; write JSON if asked. Returns 0."""
+    from ..kernels import threads as kthreads
+    torch = None if args.no_torch else _import_torch()
+    n = set_threads(args.threads or kthreads.threads_per_rank(1), torch)
+    ctx = BenchContext(batches=tuple(args.batch), torch=torch)
+    cases = collect_cases(ctx, args.only)
+    machine = machine_report(n, torch)
+    rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick)
+    import numba
+    machine["threading_layer"] = numba.threading_layer()
+    print(f"CPU: {machine['cpu']}, {machine['cores']} cores; {n} thread(s) for Numba, BLAS"
+          + (" and torch" if torch else "") + f"; {machine['threading_layer']} threading layer")
+    print(f"peak (stated): {machine['peak_arithmetic']}")
+    print(f"peak (measured, Numba FMA loop): {machine['peak_gflops_per_core_measured']:.1f} GFLOP/s per core "
+          f"(implies {machine['implied_ghz']:.2f} GHz) -> {machine['peak_gflops']:.1f} GFLOP/s for {n} thread(s), "
+          "the %peak column")
+    print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column")
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "rows": rows}, f, indent=2)
+        print(f"wrote {args.json}")
+    return 0
