@@ -16,23 +16,26 @@ The gate order along the 4H axis is **(i, f, g, o)**, as in PyTorch's
 
 Where the time goes, and how it is split:
 
-- the matrix products are BLAS GEMMs (``np.dot``, which Numba lowers to BLAS):
-  the input part of ``z`` for *all* T steps is one (T*N, F) x (F, 4H) GEMM;
-  only the recurrent part ``h_{t-1} @ W_hh.T`` must wait for the previous step;
-- everything elementwise in one step (add the bias, five activations, the cell
-  update) is one fused pass over (N, H) in :func:`_cell_forward`, so each of
-  ``z``, ``c`` and ``h`` is read and written once;
-- backpropagation through time (:func:`_lstm_backward`) walks the steps in
-  reverse: a fused elementwise pass (:func:`_cell_backward`) gives ``dz_t``,
-  one GEMM carries the gradient to ``h_{t-1}``, and after the loop the weight
-  and input gradients of all steps are three more large GEMMs.
+- the matrix products are NumPy's BLAS GEMMs: the input part of ``z`` for
+  *all* T steps is one (T*N, F) x (F, 4H) GEMM; only the recurrent part
+  ``h_{t-1} @ W_hh.T`` must wait for the previous step;
+- everything elementwise in one step (add both parts and the bias, five
+  activations, the cell update) is one Numba kernel, :func:`step_forward`, so
+  each of ``z``, ``c`` and ``h`` is read and written once;
+- backpropagation through time (:func:`lstm_backward`) walks the steps in
+  reverse: a fused Numba kernel (:func:`step_backward`) gives ``dz_t`` and
+  the cell gradient for step t-1, one GEMM carries the gradient to
+  ``h_{t-1}``, and after the loop the gradients of the inputs and weights of
+  all steps are three large GEMMs.
 
+The loop over the T steps is Python (a few microseconds per step): Numba's
+own ``np.dot`` binds to SciPy's BLAS, measured 20% slower here than NumPy's.
 ``docs/lstm.md`` derives every line of the backward pass.
 
 Activations: float64 uses the exact ``np.tanh`` (gradient checks); float32 uses
 a rational minimax approximation of tanh (the one of Eigen, XLA and ONNX
 Runtime MLAS, max error 2.5e-7) that the compiler turns into AVX instructions,
-about 8x faster than calling libm per element; ``sigmoid(x) = (1 + tanh(x/2)) / 2``.
+more than 10x faster than calling libm per element; ``sigmoid(x) = (1 + tanh(x/2)) / 2``.
 
 Twins: :func:`minips.kernels.reference.lstm_forward` / ``lstm_backward``.
 """

@@ -87,6 +87,17 @@ def test_build_dataset_uses_train_images_for_train_and_test_images_for_test():
     np.testing.assert_array_equal(other.test_clips, ds.test_clips)
 
 
+def test_clipset_renders_on_indexing_like_an_array():
+    images, labels = block_garments()
+    clips, captions = C.generate_clips(images, labels, 7, seed=5, frames=3)
+    full = np.asarray(clips)
+    assert full.shape == clips.shape == (7, 3, 1, 48, 48) and full.dtype == np.uint8 and len(clips) == 7
+    np.testing.assert_array_equal(clips[2], full[2])
+    np.testing.assert_array_equal(clips[np.array([4, 1, 4])], full[[4, 1, 4]])
+    np.testing.assert_array_equal(clips[1:6:2], full[1:6:2])
+    assert captions == [C.caption_of(t, labels) for t in clips.tables]
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(n_train=0), "at least one train"),
     (dict(frames=1), "at least 2 frames"),

@@ -10,7 +10,8 @@ Times the whole-sequence LSTM forward and forward+backward of
 
 at the issue's size (T=16, N=64, F=128, H=256) and the captioner's own
 encoder and decoder sizes, float32, with the same number of threads for
-everyone (``--threads``, default 1). Each entry is the best of ``--repeat``
+everyone (``--threads``, default 1). The numba, twin and torch rows also
+appear in ``python -m minips bench kernels`` (registered as cases there). Each entry is the best of ``--repeat``
 timed runs after two warm-up runs: on a shared machine the minimum is the
 least noisy estimate of what the code costs; ratios come from the same run.
 """
@@ -184,6 +185,30 @@ def format_table(rows) -> str:
         ratio = r["ms"] / base[(r["case"], r["pass"])] if (r["case"], r["pass"]) in base else float("nan")
         lines.append(f"{r['case']:<26}{r['pass']:<18}{r['impl']:<11}{r['ms']:9.2f}{r['gflops']:9.1f}{ratio:10.2f}")
     return "\n".join(lines)
+
+
+# --- rows of ``python -m minips bench kernels`` ----------------------------------------------------
+def _register_kernel_cases():
+    """Add the LSTM to the kernels benchmark's case registry, when it has one."""
+    try:
+        from .kernels import Case, register_cases
+    except ImportError:
+        return
+
+    @register_cases
+    def lstm_cases(ctx):
+        from ..kernels import lstm as klstm
+        from ..kernels import reference as ref
+        for T, N, F, H in dict.fromkeys(CASES.values()):
+            arrays = _arrays(T, N, F, H)
+            shape = f"T{T} N{N} F{F} H{H}"
+            nb, tw = _kernel_fns(klstm, *arrays), _kernel_fns(ref, *arrays)
+            th = _torch_fns(*arrays) if ctx.torch is not None else (None, None)
+            yield Case("lstm fwd", shape, nb[0], tw[0], th[0], flops(T, N, F, H, False))
+            yield Case("lstm fwd+bwd", shape, nb[1], tw[1], th[1], flops(T, N, F, H, True))
+
+
+_register_kernel_cases()
 
 
 @register_bench("lstm", help="LSTM forward and forward+backward: Numba kernel vs NumPy twin vs torch")
