@@ -11,9 +11,12 @@ Times the whole-sequence LSTM forward and forward+backward of
 at the issue's size (T=16, N=64, F=128, H=256) and the captioner's own
 encoder and decoder sizes, float32, with the same number of threads for
 everyone (``--threads``, default 1). The numba, twin and torch rows also
-appear in ``python -m minips bench kernels`` (registered as cases there). Each entry is the best of ``--repeat``
-timed runs after two warm-up runs: on a shared machine the minimum is the
-least noisy estimate of what the code costs; ratios come from the same run.
+appear in ``python -m minips bench kernels`` (registered as cases there).
+
+Each entry is the best of ``--repeat`` timed runs after two warm-up runs,
+the implementations taking turns run by run: on a shared machine the minimum
+is the least noisy estimate of what the code costs, and taking turns exposes
+all of them to the same load, so their ratios are fair.
 """
 from __future__ import annotations
 
@@ -42,21 +45,30 @@ def flops(T: int, N: int, F: int, H: int, backward: bool) -> float:
     return 3 * fwd if backward else fwd
 
 
-def _best(fn, repeat: int) -> float:
-    fn()
-    fn()  # warm-up: JIT compilation, caches, thread pools
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
+def _best_interleaved(fns: dict, repeat: int) -> dict:
+    """Best time in seconds of each ``fns[key]()``: two warm-up calls each
+    (JIT compilation, caches, thread pools), then ``repeat`` rounds that call
+    every function once in turn, so all see the same machine load."""
+    for fn in fns.values():
         fn()
-        best = min(best, time.perf_counter() - t)
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for key, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - t)
     return best
 
 
 def _arrays(T, N, F, H, seed=0):
+    """float32 inputs x (T, N, F) in [-1, 1], weights and bias in [-1/sqrt(H),
+    1/sqrt(H)] (PyTorch's initial scale), output gradient (T, N, H)."""
     r = np.random.default_rng(seed)
-    a = lambda *s: (r.uniform(-1, 1, s) / np.sqrt(H)).astype(np.float32)  # noqa: E731
-    return a(T, N, F) * np.sqrt(H), a(4 * H, F), a(4 * H, H), a(4 * H), r.standard_normal((T, N, H)).astype(np.float32)
+    k = 1 / np.sqrt(H)
+    return tuple(a.astype(np.float32) for a in (
+        r.uniform(-1, 1, (T, N, F)), r.uniform(-k, k, (4 * H, F)), r.uniform(-k, k, (4 * H, H)),
+        r.uniform(-k, k, 4 * H), r.standard_normal((T, N, H))))
 
 
 def _kernel_fns(module, x, w_ih, w_hh, b, dh):
@@ -138,7 +150,7 @@ def _set_threads(n: int) -> str:
                 "BLAS threads not limited (install threadpoolctl or set OPENBLAS_NUM_THREADS)")
 
 
-def run(cases=None, threads: int = 1, repeat: int = 10, impls=("numba", "gemm-only", "twin", "torch")):
+def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-only", "twin", "torch")):
     """Time every implementation on every case.
 
     Args:
@@ -161,6 +173,7 @@ def run(cases=None, threads: int = 1, repeat: int = 10, impls=("numba", "gemm-on
     for name in cases or CASES:
         T, N, F, H = CASES[name]
         arrays = _arrays(T, N, F, H)
+        fns = {}
         for impl in impls:
             if impl == "torch":
                 try:
@@ -168,10 +181,10 @@ def run(cases=None, threads: int = 1, repeat: int = 10, impls=("numba", "gemm-on
                 except ImportError:
                     continue
             fwd, fwd_bwd = builders[impl](*arrays)
-            for label, fn, backward in (("forward", fwd, False), ("forward+backward", fwd_bwd, True)):
-                sec = _best(fn, repeat)
-                rows.append({"case": name, "T": T, "N": N, "F": F, "H": H, "impl": impl, "pass": label,
-                             "ms": sec * 1e3, "gflops": flops(T, N, F, H, backward) / sec / 1e9})
+            fns[impl, "forward"], fns[impl, "forward+backward"] = fwd, fwd_bwd
+        for (impl, label), sec in _best_interleaved(fns, repeat).items():
+            rows.append({"case": name, "T": T, "N": N, "F": F, "H": H, "impl": impl, "pass": label, "ms": sec * 1e3,
+                         "gflops": flops(T, N, F, H, label == "forward+backward") / sec / 1e9})
     return rows, note
 
 
@@ -214,7 +227,7 @@ _register_kernel_cases()
 @register_bench("lstm", help="LSTM forward and forward+backward: Numba kernel vs NumPy twin vs torch")
 def add_arguments(p):
     p.add_argument("--threads", type=int, default=1, help="threads for Numba, BLAS and torch (default 1)")
-    p.add_argument("--repeat", type=int, default=10, help="timed runs per entry; the best is reported")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per entry; the best is reported")
     p.add_argument("--case", action="append", choices=list(CASES), help="only this case (repeatable)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.set_defaults(func=main)
