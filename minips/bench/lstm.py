@@ -45,19 +45,29 @@ def flops(T: int, N: int, F: int, H: int, backward: bool) -> float:
     return 3 * fwd if backward else fwd
 
 
-def _best_interleaved(fns: dict, repeat: int) -> dict:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _best_interleaved(fns: dict, repeat: int, clock: str = "wall") -> dict:
     """Best time in seconds of each ``fns[key]()``: two warm-up calls each
     (JIT compilation, caches, thread pools), then ``repeat`` rounds that call
-    every function once in turn, so all see the same machine load."""
+    every function once in turn, so all see the same machine load.
+
+    ``clock="cpu"`` measures this process's CPU time instead of wall time: with
+    one thread, time spent waiting for a core that another process holds is
+    not counted (use it on a loaded machine; with several threads it adds the
+    threads' times up, so it is only meaningful for one thread).
+    """
+    now = CLOCKS[clock]
     for fn in fns.values():
         fn()
         fn()
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeat):
         for key, fn in fns.items():
-            t = time.perf_counter()
+            t = now()
             fn()
-            best[key] = min(best[key], time.perf_counter() - t)
+            best[key] = min(best[key], now() - t)
     return best
 
 
@@ -150,7 +160,8 @@ def _set_threads(n: int) -> str:
                 "BLAS threads not limited (install threadpoolctl or set OPENBLAS_NUM_THREADS)")
 
 
-def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-only", "twin", "torch")):
+def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-only", "twin", "torch"),
+        clock: str = "wall"):
     """Time every implementation on every case.
 
     Args:
@@ -158,6 +169,7 @@ def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-on
         threads: threads for Numba, BLAS and torch.
         repeat: timed runs per entry (the best is kept).
         impls: which implementations; ``torch`` is skipped when not importable.
+        clock: ``"wall"`` or ``"cpu"`` (process CPU time; see :func:`_best_interleaved`).
 
     Returns:
         ``(rows, note)``: rows are dicts with case, T, N, F, H, impl, pass
@@ -182,7 +194,7 @@ def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-on
                     continue
             fwd, fwd_bwd = builders[impl](*arrays)
             fns[impl, "forward"], fns[impl, "forward+backward"] = fwd, fwd_bwd
-        for (impl, label), sec in _best_interleaved(fns, repeat).items():
+        for (impl, label), sec in _best_interleaved(fns, repeat, clock).items():
             rows.append({"case": name, "T": T, "N": N, "F": F, "H": H, "impl": impl, "pass": label, "ms": sec * 1e3,
                          "gflops": flops(T, N, F, H, label == "forward+backward") / sec / 1e9})
     return rows, note
@@ -229,15 +241,20 @@ def add_arguments(p):
     p.add_argument("--threads", type=int, default=1, help="threads for Numba, BLAS and torch (default 1)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per entry; the best is reported")
     p.add_argument("--case", action="append", choices=list(CASES), help="only this case (repeatable)")
+    p.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                   help="wall time (default) or this process's CPU time (robust on a loaded machine, "
+                        "with --threads 1 only)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    rows, note = run(args.case, args.threads, args.repeat)
-    print(f"LSTM float32, {args.threads} thread(s); {note}; best of {args.repeat}")
+    if args.clock == "cpu" and args.threads != 1:
+        raise ValueError("--clock cpu adds up the time of all threads; use it with --threads 1")
+    rows, note = run(args.case, args.threads, args.repeat, clock=args.clock)
+    print(f"LSTM float32, {args.threads} thread(s); {note}; best of {args.repeat}, {args.clock} clock")
     print(format_table(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "note": note, "rows": rows}, f, indent=2)
+            json.dump({"threads": args.threads, "clock": args.clock, "note": note, "rows": rows}, f, indent=2)
     return 0
