@@ -37,7 +37,8 @@ a rational minimax approximation of tanh (the one of Eigen, XLA and ONNX
 Runtime MLAS, max error 2.5e-7) that the compiler turns into AVX instructions,
 more than 10x faster than calling libm per element; ``sigmoid(x) = (1 + tanh(x/2)) / 2``.
 
-Twins: :func:`minips.kernels.reference.lstm_forward` / ``lstm_backward``.
+Twins: :func:`minips.kernels.reference.lstm_forward` / ``lstm_backward`` and,
+per step, ``step_forward`` / ``step_backward``.
 """
 from __future__ import annotations
 
@@ -132,6 +133,7 @@ def step_forward(z, zh, b, c_prev, c, tanh_c, h):
     z (N, 4H): the input part ``x_t @ W_ih.T`` on entry, the activated gates
     (i, f, g, o) on exit. zh (N, 4H): the recurrent part ``h_{t-1} @ W_hh.T``.
     b (4H,). c_prev (N, H). Writes c, tanh_c, h (N, H).
+    Twin: :func:`minips.kernels.reference.step_forward`.
     """
     n, hidden = c.shape
     for r in range(n):
@@ -165,6 +167,7 @@ def step_backward(gates, c_prev, tanh_c, dh_out, dh, dc, dz):
     dh (N, H): gradient reaching h_t from step t+1 (read only).
     dc (N, H): gradient reaching c_t; overwritten with that of c_{t-1}.
     Writes dz (N, 4H), the gradient w.r.t. the pre-activations z_t.
+    Twin: :func:`minips.kernels.reference.step_backward`.
     """
     n, hidden = dc.shape
     for r in range(n):

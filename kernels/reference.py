@@ -210,6 +210,28 @@ def _sigmoid(x):
     return 0.5 * np.tanh(0.5 * x) + 0.5  # = 1 / (1 + exp(-x)), never overflows
 
 
+def step_forward(z, zh, b, c_prev):
+    """Twin of :func:`minips.kernels.lstm.step_forward` (which works in place):
+    returns ``(gates, c, tanh_c, h)`` for pre-activation parts z, zh (N, 4H)."""
+    zi, zf, zg, zo = np.split(z + zh + b, 4, axis=1)
+    i, f, g, o = _sigmoid(zi), _sigmoid(zf), np.tanh(zg), _sigmoid(zo)
+    c = f * c_prev + i * g
+    return np.concatenate([i, f, g, o], axis=1), c, np.tanh(c), o * np.tanh(c)
+
+
+def step_backward(gates, c_prev, tanh_c, dh_out, dh, dc):
+    """Twin of :func:`minips.kernels.lstm.step_backward` (which works in
+    place): returns ``(dz, dc_prev)``, the gradients of the step's
+    pre-activations (N, 4H) and of c_{t-1} (N, H)."""
+    i, f, g, o = np.split(gates, 4, axis=1)
+    dh = dh + dh_out                                   # two paths reach h_t
+    do = dh * tanh_c                                   # h = o * tanh(c)
+    dc = dc + dh * o * (1 - tanh_c ** 2)
+    di, df, dg = dc * g, dc * c_prev, dc * i           # c = f*c_prev + i*g
+    dz = np.concatenate([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], axis=1)
+    return dz, dc * f                                  # c_{t-1} reaches c_t through f
+
+
 def lstm_forward(x, w_ih, w_hh, b, h0=None, c0=None):
     """Twin of :func:`minips.kernels.lstm.lstm_forward`: one step at a time."""
     steps, n, _ = x.shape
@@ -217,20 +239,12 @@ def lstm_forward(x, w_ih, w_hh, b, h0=None, c0=None):
     dt = x.dtype
     h_prev = np.zeros((n, hidden), dt) if h0 is None else h0.astype(dt)
     c_prev = np.zeros((n, hidden), dt) if c0 is None else c0.astype(dt)
-    hs, cs, gates, tanh_cs = [], [], [], []
+    outs = []
     for t in range(steps):
-        z = x[t] @ w_ih.T + h_prev @ w_hh.T + b
-        zi, zf, zg, zo = np.split(z, 4, axis=1)
-        i, f, g, o = _sigmoid(zi), _sigmoid(zf), np.tanh(zg), _sigmoid(zo)
-        c = f * c_prev + i * g
-        h = o * np.tanh(c)
-        gates.append(np.concatenate([i, f, g, o], axis=1))
-        hs.append(h)
-        cs.append(c)
-        tanh_cs.append(np.tanh(c))
+        gates, c, tanh_c, h = step_forward(x[t] @ w_ih.T, h_prev @ w_hh.T, b, c_prev)
+        outs.append((h, c, gates, tanh_c))
         h_prev, c_prev = h, c
-    return (np.stack(hs).astype(dt), np.stack(cs).astype(dt),
-            np.stack(gates).astype(dt), np.stack(tanh_cs).astype(dt))
+    return tuple(np.stack(a).astype(dt) for a in zip(*outs))
 
 
 def lstm_backward(dh_out, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c):
@@ -242,25 +256,18 @@ def lstm_backward(dh_out, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c
     zeros = np.zeros((n, hidden), dt)
     h0 = zeros if h0 is None else h0
     c0 = zeros if c0 is None else c0
-    dh = zeros.copy() if dh_n is None else dh_n.astype(dt).copy()
-    dc = zeros.copy() if dc_n is None else dc_n.astype(dt).copy()
+    dh = zeros if dh_n is None else dh_n.astype(dt)
+    dc = zeros if dc_n is None else dc_n.astype(dt)
     dx = np.zeros_like(x)
     dw_ih, dw_hh = np.zeros_like(w_ih), np.zeros_like(w_hh)
     db = np.zeros(w_ih.shape[0], dt)
     for t in reversed(range(steps)):
-        i, f, g, o = np.split(gates[t], 4, axis=1)
         c_prev = c0 if t == 0 else c[t - 1]
         h_prev = h0 if t == 0 else h[t - 1]
-        dh = dh + dh_out[t]                                # two paths reach h_t
-        do = dh * tanh_c[t]                                # h = o * tanh(c)
-        dc = dc + dh * o * (1 - tanh_c[t] ** 2)
-        di, df, dg = dc * g, dc * c_prev, dc * i           # c = f*c_prev + i*g
-        dz = np.concatenate([di * i * (1 - i), df * f * (1 - f),
-                             dg * (1 - g ** 2), do * o * (1 - o)], axis=1)
+        dz, dc = step_backward(gates[t], c_prev, tanh_c[t], dh_out[t], dh, dc)
         dx[t] = dz @ w_ih
         dw_ih += dz.T @ x[t]
         dw_hh += dz.T @ h_prev
         db += dz.sum(axis=0)
-        dh = dz @ w_hh                                     # to h_{t-1}
-        dc = dc * f                                        # to c_{t-1}
+        dh = dz @ w_hh                                 # to h_{t-1}
     return dx, dh, dc, dw_ih, dw_hh, db

@@ -488,7 +488,7 @@ class VideoCaptioner(nn.Module):
         super().__init__()
         self.vocab_size, self.size = vocab_size, size
         self.pixel_mean, self.pixel_std = float(pixel_mean), float(pixel_std)
-        self.frames = frame_encoder(frame_features, size)
+        self.cnn = frame_encoder(frame_features, size)
         self.encoder = nn.LSTM(frame_features, hidden)
         self.embed = nn.Embedding(vocab_size, embed)
         self.decoder = nn.LSTM(embed, hidden)
@@ -507,7 +507,7 @@ class VideoCaptioner(nn.Module):
         n, steps = c.shape[:2]
         x = (c.reshape(n * steps, 1, self.size, self.size).astype(np.float32) / np.float32(255)
              - np.float32(self.pixel_mean)) / np.float32(self.pixel_std)
-        f = self.frames(Tensor(x))                                   # (N*T, D)
+        f = self.cnn(Tensor(x))                                      # (N*T, D)
         f = ops.transpose(ops.reshape(f, (n, steps, -1)), (1, 0, 2))  # (T, N, D): time first
         _, state = self.encoder(f)
         return state

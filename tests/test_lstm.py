@@ -51,6 +51,26 @@ def test_kernel_matches_twin(size, with_state, dtype, seed):
         np.testing.assert_allclose(got, want, **tol, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype, atol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+def test_step_kernels_match_their_twins(dtype, atol):
+    r = np.random.default_rng(4)
+    N, H = 3, 5
+    a = lambda *s: r.uniform(-3, 3, s).astype(dtype)  # noqa: E731
+    z, zh, b, c_prev = a(N, 4 * H), a(N, 4 * H), a(4 * H), a(N, H)
+    want = ref.step_forward(z, zh, b, c_prev)
+    got = [z.copy(), np.empty_like(c_prev), np.empty_like(c_prev), np.empty_like(c_prev)]
+    klstm.step_forward(got[0], zh, b, c_prev, got[1], got[2], got[3])
+    for name, g, w in zip(("gates", "c", "tanh_c", "h"), got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=name)
+    gates, _, tanh_c, _ = want
+    dh_out, dh, dc = a(N, H), a(N, H), a(N, H)
+    dz_want, dc_prev_want = ref.step_backward(gates, c_prev, tanh_c, dh_out, dh, dc)
+    dz, dc_k = np.empty_like(z), dc.copy()
+    klstm.step_backward(gates, c_prev, tanh_c, dh_out, dh, dc_k, dz)
+    np.testing.assert_allclose(dz, dz_want, rtol=0, atol=4 * atol)
+    np.testing.assert_allclose(dc_k, dc_prev_want, rtol=0, atol=4 * atol)
+
+
 def test_fast_float32_tanh_is_accurate():
     x = np.concatenate([np.linspace(-20, 20, 200_001), [0.0, 1e-30, -1e-30, 9.0, -9.0, np.inf, -np.inf]])
     x32 = x.astype(np.float32)
