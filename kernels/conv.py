@@ -21,9 +21,10 @@ matrices, and **col2im** (the adjoint of im2col: add each column back into the
 patch it came from) turns the gradient of ``cols`` into the gradient of ``x``.
 
 For inputs with very few channels (C*R*S small: the first layer of a network
-on grey or RGB images) the matrix product is too thin for BLAS to shine and
-im2col's copy dominates, so a **direct** loop nest is used instead (same
-result, no ``cols`` matrix): see :func:`use_direct`.
+on grey or RGB images) the matrix product is too thin for BLAS to shine, so
+the forward pass (stride 1) runs a **direct** loop nest instead (same result,
+no ``cols`` matrix): see :func:`use_direct` and :func:`_direct_forward`. Its
+backward pass uses im2col + BLAS like the others (measured faster).
 
 The Numba kernels are parallel over independent pieces of the output (an
 image-channel plane, or a filter), so threads never write the same element.
@@ -41,9 +42,10 @@ __all__ = ["ConvGeometry", "geometry", "conv2d_forward", "conv2d_backward",
            "conv2d_backward_data", "conv2d_backward_weight", "use_direct",
            "im2col", "col2im", "DIRECT_MAX_CRS"]
 
-#: Use the direct loop nest when C*R*S is at most this (measured on AVX2 and
-#: AVX-512 machines: below it the direct kernel beats im2col + BLAS; see the
-#: ``bench kernels`` table and docs/kernels.md).
+#: Use the direct forward when C*R*S is at most this. Measured (AVX2, 1
+#: thread, batch 64, 3x3): direct/im2col time 0.9 at C=1, 0.9 at C=2, 0.6 at
+#: C=3; from C=4 to 8 the winner changed between runs on a busy machine, and
+#: at C=16 im2col + BLAS was 1.7x faster. Re-measure with ``bench kernels``.
 DIRECT_MAX_CRS = 27
 
 

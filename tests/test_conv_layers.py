@@ -1,6 +1,7 @@
 """Conv2d, MaxPool2d, AvgPool2d and Flatten: gradient checks (float64), shape
 errors that name the layer and dimension, and the ConvNet (shapes, registry,
 a short training run whose loss goes down)."""
+import numba
 import numpy as np
 import pytest
 
@@ -11,6 +12,17 @@ from minips.nn import AvgPool2d, Conv2d, ConvNet, Flatten, MaxPool2d
 from minips.nn.conv import conv2d
 from minips.optim import SGD
 from minips.tensor import Tensor
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tests make hundreds of tiny kernel calls (finite differences): one
+    thread avoids waiting on a busy machine's scheduler at every parallel loop.
+    The kernel tests (test_kernels_*.py) keep the default threads."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)
 
 
 def _float64_params(module):
