@@ -19,6 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "data" / "fashion-mnist-mini.h5"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_numba_thread():
+    """Many small convolutions: on a shared 2-core machine a parallel region
+    per call costs more than it saves (and these tests time nothing)."""
+    import numba
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)
+
+
 def block_garments():
     """Ten 28x28 solid blocks, one per class, of intensity 20 * (class + 1)."""
     images = np.stack([np.full((28, 28), 20 * (k + 1), np.uint8) for k in range(10)])
@@ -177,7 +188,7 @@ def test_model_overfits_a_small_batch(small_task):
     from minips import random as mrandom
     from minips.optim import SGD
     mrandom.seed(0)
-    model = build_model("captioner", small_task)
+    model = C.VideoCaptioner(len(VOCAB), frame_features=32, hidden=64, embed=16)  # small: a fast test
     batch = tuple(a[:16] for a in small_task.train_arrays)
     opt = SGD(model.parameters(), lr=0.3, momentum=0.9)
     first = None

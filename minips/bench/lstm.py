@@ -140,16 +140,17 @@ def _torch_fns(x, w_ih, w_hh, b, dh):
     return fwd, fwd_bwd
 
 
-def _set_threads(n: int) -> str:
-    """Give Numba, BLAS (through threadpoolctl, if installed) and torch ``n``
-    threads; returns a note on what BLAS was told."""
+def _set_threads(n: int, torch: bool) -> str:
+    """Give Numba, BLAS (through threadpoolctl, if installed) and, if asked,
+    torch ``n`` threads; returns a note on what BLAS was told."""
     import numba
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
-        import torch
-        torch.set_num_threads(n)
-    except ImportError:
-        pass
+    if torch:
+        try:
+            import torch as _torch
+            _torch.set_num_threads(n)
+        except ImportError:
+            pass
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(n)
@@ -178,7 +179,7 @@ def run(cases=None, threads: int = 1, repeat: int = 20, impls=("numba", "gemm-on
     """
     from ..kernels import lstm as klstm
     from ..kernels import reference as ref
-    note = _set_threads(threads)
+    note = _set_threads(threads, "torch" in impls)
     builders = {"numba": lambda *a: _kernel_fns(klstm, *a), "gemm-only": _gemm_only_fns,
                 "twin": lambda *a: _kernel_fns(ref, *a), "torch": _torch_fns}
     rows = []
