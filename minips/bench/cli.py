@@ -9,7 +9,7 @@ import importlib
 from ..cli import subcommand
 
 BENCHES: dict = {}
-_MODULES = ("minips.bench.kernels", "minips.bench.comm", "minips.bench.scaling")
+_MODULES = ("minips.bench.kernels", "minips.bench.lstm", "minips.bench.comm", "minips.bench.scaling")
 
 
 def register_bench(name: str, help: str):
