@@ -406,7 +406,7 @@ class Trainer:
         self.trace_rows = json.loads(state["trace"])
 
     def _train_step(self, batch) -> float:
-        cfg, algo = self.cfg, self.algo
+        algo = self.algo
         lr = self.schedule(self.global_step)
         self.optimizer.lr = lr
         timer = algo.timer

@@ -5,7 +5,6 @@ pseudo-sync equals a one-process simulation of the stale-by-k rule; replicas
 stay bit-identical; nothing is left pending; a failing rank aborts the job.
 """
 import json
-import os
 import shutil
 import subprocess
 import sys

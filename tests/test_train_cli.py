@@ -2,7 +2,6 @@
 checkpoint/resume on the same trajectory, SIGTERM, NaN."""
 import csv
 import json
-import os
 import shutil
 import signal
 import subprocess

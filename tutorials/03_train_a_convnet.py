@@ -38,7 +38,6 @@ import minips as mp
 from _common import exercise, out_dir, pick, show
 from minips.data import BatchLoader, load_image_dataset
 from minips.models import MLP
-from minips.nn.conv import ConvNet
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig
 

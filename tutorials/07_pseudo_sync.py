@@ -41,7 +41,7 @@ from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.dist.algorithms import make_algorithm
 from minips.dist.algorithms.pseudo_sync import PseudoSyncSGD
 from minips.dist.comm import get_comm
-from minips.dist.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
+from minips.dist.staleness_lab import LeastSquares, run_stale_sgd
 from minips.nn.conv import ConvNet
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig

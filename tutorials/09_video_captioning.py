@@ -32,7 +32,6 @@
 # through time), `docs/captioning.md`.
 
 # %%
-import sys
 import time
 
 import matplotlib.pyplot as plt
@@ -41,11 +40,7 @@ import numpy as np
 import minips as mp
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 
-try:
-    from minips import captioning
-except ModuleNotFoundError:
-    sys.exit("Step 9 needs minips.captioning (the LSTM and video-captioning code), which this version of "
-             "minips does not have yet. Update your clone (git pull) and reinstall (pip install -e '.[mpi,test]').")
+from minips import captioning
 from minips.gradcheck import gradcheck
 from minips.nn.recurrent import lstm
 from minips.train import Trainer, TrainConfig

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from _common import ROOT, exercise, minips_cli, mpiexec, out_dir, pick, show, show_png
-from minips.dist.costmodel import NETWORKS, fit_ring_allreduce, ring_allreduce_time
+from minips.dist.costmodel import NETWORKS
 from minips.nn.conv import ConvNet
 
 OUT = out_dir("10")

@@ -24,16 +24,15 @@ class Exercise:
     check: Callable    # check(answer, **context): raises AssertionError if wrong
     praise: str = ""   # printed after "correct."
     mpi: bool = False  # the check needs several ranks to be meaningful
-    needs: str = ""    # a module the check imports that older versions of minips lack
 
 
 #: exercise id -> Exercise
 EXERCISES: dict[str, Exercise] = {}
 
 
-def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False, needs: str = ""):
+def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False):
     def deco(fn):
-        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi, needs)
+        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi)
         return fn
     return deco
 
@@ -468,7 +467,7 @@ def check_my_holt(MyHolt):
 S09 = "09_video_captioning"
 
 
-@register("9.1", S09, "encode_caption", "that is Vocab.encode.", needs="minips.captioning")
+@register("9.1", S09, "encode_caption", "that is Vocab.encode.")
 def check_encode_caption(encode_caption):
     from minips.captioning import VOCAB
 
@@ -485,8 +484,7 @@ def check_encode_caption(encode_caption):
             "unknown words are <unk>.")
 
 
-@register("9.2", S09, "masked_cross_entropy", "that is nn.sequence_cross_entropy, which VideoCaptioner.loss uses.",
-          needs="minips.captioning")
+@register("9.2", S09, "masked_cross_entropy", "that is nn.sequence_cross_entropy, which VideoCaptioner.loss uses.")
 def check_masked_cross_entropy(masked_cross_entropy):
     import minips as mp
     from minips import nn

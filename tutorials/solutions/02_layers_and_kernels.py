@@ -1,5 +1,4 @@
 """Reference solutions of step 2 (tutorials/02_layers_and_kernels.py)."""
-import numpy as np
 
 from minips.kernels import conv as kconv
 
