@@ -153,7 +153,7 @@ say(inspect.getsource(OverlapSyncSGD._post))
 # **emulated 1 Gb/s Ethernet** (step 4, section 5), and draw the last step as seen by rank 0:
 # forward, backward, the time blocked in `step()`, and for `overlap-sync` each bucket's
 # Iallreduce from post to completion (`Request.post_time`, `complete_time`; the last step's
-# requests are kept in the algorithm's `_requests` dict). For `sync` the blocking allreduce
+# requests stay in `algo.requests`, bucket index -> Request). For `sync` the blocking allreduce
 # is inside `step()`.
 
 # %%
@@ -183,7 +183,7 @@ def instrumented_steps(algo_name, model_name, network, steps=4, bucket_mb=0.25):
         algo.step()
         t3 = time.perf_counter()
     reqs = [(r.post_time - t0, r.complete_time - t0, r.buf.nbytes)
-            for r in getattr(algo, "_requests", {}).values()]
+            for r in getattr(algo, "requests", {}).values()]
     algo.finish()
     get_comm(network=None)
     return {"label": f"{algo_name}, {model_name}", "forward": (0, t1 - t0), "backward": (t1 - t0, t2 - t0),
