@@ -125,6 +125,7 @@ class Schedule:
 
 
 class ConstantLR(Schedule):
+    """The same learning rate at every step."""
     def __init__(self, lr: float):
         self.lr = lr
 

@@ -27,6 +27,7 @@ class StepTimer:
 
     @contextmanager
     def phase(self, name: str):
+        """Context manager adding the seconds spent inside it to phase ``name``."""
         t0 = time.perf_counter()
         try:
             yield
@@ -34,9 +35,11 @@ class StepTimer:
             self.current[name] += time.perf_counter() - t0
 
     def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to phase ``name`` of the current step."""
         self.current[name] += seconds
 
     def end_step(self) -> dict:
+        """Close the current step's row (seconds per phase) and start a new one."""
         row = self.current
         self.rows.append(row)
         self.current = dict.fromkeys(PHASES, 0.0)

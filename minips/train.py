@@ -90,6 +90,7 @@ class TrainConfig:
 
 
 def config_fields() -> list[str]:
+    """Names of the TrainConfig fields: the valid TOML keys and ``--flag`` names."""
     return [f.name for f in dataclasses.fields(TrainConfig)]
 
 
@@ -152,6 +153,9 @@ class Trainer:
 
     # --- building blocks ----------------------------------------------------------
     def build(self):
+        """Make the task, model, sampler/loader, schedule, optimizer and algorithm
+        from the config (the same initial weights on every rank: seeded, then
+        broadcast from rank 0 by ``algo.start()``)."""
         cfg, comm = self.cfg, self.comm
         from .data import BatchLoader, DistributedSampler
         from .dist.algorithms import make_algorithm
@@ -535,6 +539,7 @@ class StopAgreement:
         self.flag = True
 
     def should_stop(self) -> bool:
+        """True on every rank at the same step once any rank was signalled."""
         if self.comm.size == 1:
             return self.flag
         stop = False

@@ -55,6 +55,7 @@ class BatchLoader:
                              f"({len(self.sampler)} samples): lower --batch-size or use fewer ranks")
 
     def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s permutation (call before iterating each epoch)."""
         self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:

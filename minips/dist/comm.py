@@ -206,6 +206,7 @@ class Comm:
     # --- info -------------------------------------------------------------------
     @property
     def is_root(self) -> bool:
+        """True on rank 0 (the rank that writes files)."""
         return self.rank == 0
 
     @property
@@ -327,6 +328,7 @@ class Comm:
         return self.mpi.allreduce(x, op=ops[op])
 
     def barrier(self) -> None:
+        """Block until every rank has called it (no-op on one rank)."""
         if self.size > 1:
             self.mpi.Barrier()
 

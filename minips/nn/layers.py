@@ -76,6 +76,7 @@ class Sigmoid(Module):
 
 
 class Identity(Module):
+    """Returns its input unchanged (a placeholder layer)."""
     def forward(self, x):
         return x
 

@@ -85,6 +85,7 @@ class Algorithm:
         self.flat.grads[self.flat.current].fill(0)
 
     def step(self) -> None:  # pragma: no cover - abstract
+        """Communicate the gradient of this step and apply the update (see the subclass)."""
         raise NotImplementedError
 
     def drain(self) -> None:
@@ -117,6 +118,7 @@ class Algorithm:
             self.optimizer.apply(0, self.flat.weights, direction)
 
     def end_step(self) -> dict:
+        """Count the step and close its timing row; returns the row (seconds per phase)."""
         self.step_count += 1
         return self.timer.end_step()
 
@@ -129,4 +131,5 @@ class Algorithm:
         self.step_count = int(state.get("step_count", 0))
 
     def describe(self) -> str:
+        """One line naming the algorithm and its options (for logs)."""
         return self.name
