@@ -271,3 +271,27 @@ def lstm_backward(dh_out, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c
         db += dz.sum(axis=0)
         dh = dz @ w_hh                                 # to h_{t-1}
     return dx, dh, dc, dw_ih, dw_hh, db
+
+
+# --- predict.py ------------------------------------------------------------------
+def arrival_sums(G, G_naive, F, c=None):
+    """Twin of :func:`minips.kernels.predict.arrival_sums` (float64 sums)."""
+    G, Gn, F = (np.asarray(v, np.float64) for v in (G, G_naive, F))
+    out = {"FG": F @ G, "FF": F @ F, "GG": G @ G, "err": (F - G) @ (F - G), "naive_err": (Gn - G) @ (Gn - G)}
+    if c is not None:
+        c = np.asarray(c, np.float64)
+        out.update(ac=(G - Gn) @ c, cc=c @ c)
+    return out
+
+
+def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_max):
+    """Twin of :func:`minips.kernels.predict.aesp_step` (state arrays updated in place)."""
+    c = h * (w_now - w_then)                      # correction with the curvature before G
+    F = G + np.float32(lam) * c
+    dG, dw = G - G_prev, w_then - w_prev
+    Sgw[...] = rho * Sgw + (1 - rho) * dG * dw
+    Sww[...] = rho * Sww + (1 - rho) * dw * dw
+    h[...] = np.clip(Sgw / (Sww + eps), 0, h_max)
+    G_prev[...] = G
+    w_prev[...] = w_then
+    return F.astype(np.float32), c.astype(np.float32)

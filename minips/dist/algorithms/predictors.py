@@ -30,19 +30,10 @@ from collections import deque
 
 import numpy as np
 
+from ...kernels import predict as kpredict
+
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
            "AdaptivePredictor", "PREDICTORS", "make_predictor"]
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """Inner product of two float32 vectors (BLAS sdot, no float64 copies)."""
-    return float(np.dot(a, b))
-
-
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity (0 when either vector is zero)."""
-    nn = _dot(a, a) * _dot(b, b)
-    return _dot(a, b) / np.sqrt(nn) if nn > 0 else 0.0
 
 
 class Predictor:
@@ -63,12 +54,17 @@ class Predictor:
 
     name = "base"
 
+    #: the correction term of the latest forecast (AESP sets it; others leave
+    #: None); kept with the forecast to score it when its gradient arrives.
+    last_correction = None
+
     def __init__(self, staleness: int = 1):
         if staleness < 1:
             raise ValueError(f"staleness must be >= 1, got {staleness}")
         self.k = staleness
         self.diagnostics: dict = {}
-        # forecasts waiting for the true gradient: (F_j, G_{j-k}) for j = t-k+1..t
+        # forecasts waiting for their true gradient, oldest first:
+        # (F_j, G_{j-k}, correction_j or None) for j = t-k+1..t
         self._pending: deque = deque()
 
     def predict(self, G: np.ndarray, w_now: np.ndarray, w_then: np.ndarray) -> np.ndarray:
@@ -84,23 +80,24 @@ class Predictor:
         """
         self._score_arrival(G)
         d = self.forecast(G, w_now, w_then)
-        self._pending.append((d.copy(), G.copy()))
+        self._pending.append((d.copy(), G.copy(), self.last_correction))
         return d
 
     def _score_arrival(self, G):
-        """G_j just arrived: compare it with the forecast made for step j."""
+        """G_j just arrived: compare it with the forecast made for step j (one
+        fused pass over the vectors: :func:`minips.kernels.predict.arrival_sums`)."""
         self.diagnostics = {}
         if len(self._pending) < self.k:
             return
-        F, G_naive = self._pending.popleft()
-        naive_err = np.sqrt(_dot(G_naive - G, G_naive - G))
-        self.diagnostics["cos_forecast"] = _cos(F, G)
-        self.diagnostics["rel_error"] = float(np.sqrt(_dot(F - G, F - G)) / naive_err) if naive_err > 0 else 1.0
-        self.on_arrival(G, G_naive)
+        F, G_naive, c = self._pending.popleft()
+        s = kpredict.arrival_sums(G, G_naive, F, c)
+        self.diagnostics["cos_forecast"] = s["FG"] / np.sqrt(s["FF"] * s["GG"]) if s["FF"] * s["GG"] > 0 else 0.0
+        self.diagnostics["rel_error"] = float(np.sqrt(s["err"] / s["naive_err"])) if s["naive_err"] > 0 else 1.0
+        self.on_arrival(s)
 
-    def on_arrival(self, G, G_naive) -> None:
-        """Hook: ``G`` = G_j, the true gradient for the oldest pending forecast,
-        arrived; ``G_naive`` = G_{j-k}, what that forecast started from."""
+    def on_arrival(self, sums: dict) -> None:
+        """Hook: the true gradient G_j of the oldest pending forecast arrived;
+        ``sums`` holds the inner products of :func:`minips.kernels.predict.arrival_sums`."""
 
     def forecast(self, G, w_now, w_then) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -112,10 +109,14 @@ class Predictor:
     # --- checkpoint state -----------------------------------------------------
     def state_dict(self) -> dict:
         """Arrays and scalars to save; restored by :meth:`load_state_dict`."""
-        return {"pending_F": [f for f, _ in self._pending], "pending_G": [g for _, g in self._pending]}
+        return {"pending_F": [f for f, _, _ in self._pending], "pending_G": [g for _, g, _ in self._pending],
+                "pending_c": [c for _, _, c in self._pending]}
 
     def load_state_dict(self, state: dict) -> None:
-        self._pending = deque(zip(state.get("pending_F", []), state.get("pending_G", [])))
+        F, G = state.get("pending_F", []), state.get("pending_G", [])
+        c = state.get("pending_c", [None] * len(F))
+        self._pending = deque((np.asarray(f, np.float32), np.asarray(g, np.float32),
+                               None if x is None else np.asarray(x, np.float32)) for f, g, x in zip(F, G, c))
 
 
 class LastPredictor(Predictor):
@@ -250,6 +251,9 @@ class AdaptivePredictor(Predictor):
         lambda0: initial confidence (default 1).
         eps: guards the division in h (default 1e-12).
         adapt_lambda: if False, lambda stays at lambda0 (an ablation).
+        fused: do steps 1-2 in one pass with the Numba kernel
+            :func:`minips.kernels.predict.aesp_step` (default); False runs the
+            NumPy expressions below, which read like the formulas above.
 
     Diagnostics: ``lambda``, ``h_mean``, plus ``cos_forecast`` and ``rel_error``.
     This is our formulation of the seed paper's predictor (Wen et al., IJPP
@@ -259,7 +263,7 @@ class AdaptivePredictor(Predictor):
     name = "adaptive"
 
     def __init__(self, staleness: int = 1, rho: float = 0.9, rho_l: float = 0.99, h_max: float = 50.0,
-                 lambda0: float = 1.0, eps: float = 1e-12, adapt_lambda: bool = True):
+                 lambda0: float = 1.0, eps: float = 1e-12, adapt_lambda: bool = True, fused: bool = True):
         super().__init__(staleness)
         for nm, v in (("rho", rho), ("rho_l", rho_l)):
             if not 0 <= v < 1:
@@ -269,64 +273,56 @@ class AdaptivePredictor(Predictor):
         if not 0 <= lambda0 <= 1:
             raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {lambda0}")
         self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps
-        self.adapt_lambda = adapt_lambda
+        self.adapt_lambda, self.fused = adapt_lambda, fused
         self.lam = float(lambda0)
         self.num = self.den = 0.0
         self.Sgw = self.Sww = self.h = None
         self.G_prev = self.w_prev = None  # the previous arrival, for the secant
-        self._corrections: deque = deque()  # c_j for the forecasts awaiting their G_j
 
     # Step 3 of the docstring: the confidence regression, at the arrival of G_j.
-    def _update_confidence(self, G, G_naive, c):
-        a = G - G_naive
-        self.num = self.rho_l * self.num + (1 - self.rho_l) * _dot(a, c)
-        self.den = self.rho_l * self.den + (1 - self.rho_l) * _dot(c, c)
+    # sums["ac"] = <a_j, c_j> with a_j = G_j - G_{j-k}; sums["cc"] = <c_j, c_j>.
+    def on_arrival(self, sums):
+        self.num = self.rho_l * self.num + (1 - self.rho_l) * sums["ac"]
+        self.den = self.rho_l * self.den + (1 - self.rho_l) * sums["cc"]
         if self.adapt_lambda and self.den > 0:
             self.lam = float(np.clip(self.num / self.den, 0.0, 1.0))
 
     # Step 1: the secant curvature between consecutive arrivals.
     def _update_curvature(self, G, w_then):
-        if self.G_prev is None:  # first arrival: no secant yet, h = 0
-            self.Sgw, self.Sww, self.h = np.zeros_like(G), np.zeros_like(G), np.zeros_like(G)
-            self.G_prev, self.w_prev = G.copy(), w_then.copy()
-            return
         dG, dw = G - self.G_prev, w_then - self.w_prev
         # Sgw = rho Sgw + (1-rho) dG*dw ;  Sww = rho Sww + (1-rho) dw*dw
-        # (in place: this runs every step over all n weights, so fewer temporaries)
-        dG *= dw
-        dw *= dw
-        for S, x in ((self.Sgw, dG), (self.Sww, dw)):
-            S *= self.rho
-            x *= 1 - self.rho
-            S += x
-        # h = clip(Sgw / (Sww + eps), 0, h_max)
-        np.divide(self.Sgw, self.Sww + self.eps, out=self.h)
-        np.clip(self.h, 0.0, self.h_max, out=self.h)
-        self.G_prev[...] = G
-        self.w_prev[...] = w_then
-
-    def on_arrival(self, G, G_naive):
-        # Confidence first, with the correction formed before G arrived.
-        self._update_confidence(G, G_naive, self._corrections.popleft())
+        self.Sgw = self.rho * self.Sgw + (1 - self.rho) * dG * dw
+        self.Sww = self.rho * self.Sww + (1 - self.rho) * dw * dw
+        self.h = np.clip(self.Sgw / (self.Sww + self.eps), 0.0, self.h_max).astype(np.float32)
+        self.G_prev, self.w_prev = G.copy(), w_then.copy()
 
     def forecast(self, G, w_now, w_then):
-        # Step 2: the forecast, with the curvature from before G arrived (so the
-        # correction c_t shares no minibatch noise with G; see step 3).
-        c = self.h * (w_now - w_then) if self.h is not None else np.zeros_like(G)
-        self._corrections.append(c)
-        F = np.float32(self.lam) * c
-        F += G
-        self._update_curvature(G, w_then)
+        if self.G_prev is None:  # first arrival: no secant yet, h = 0, F = G
+            self.Sgw, self.Sww, self.h = np.zeros_like(G), np.zeros_like(G), np.zeros_like(G)
+            self.G_prev, self.w_prev = G.copy(), w_then.copy()
+            self.last_correction = np.zeros_like(G)
+            F = G.copy()
+        elif self.fused:  # the same steps in one pass (kernels/predict.py)
+            F, self.last_correction = kpredict.aesp_step(
+                G, w_now, w_then, self.G_prev, self.w_prev, self.Sgw, self.Sww, self.h,
+                self.lam, self.rho, self.eps, self.h_max)
+        else:
+            # Step 2: the forecast, with the curvature from before G arrived (so
+            # the correction shares no minibatch noise with G; see step 3) ...
+            c = self.h * (w_now - w_then)
+            F = G + np.float32(self.lam) * c
+            self.last_correction = c
+            # ... and only then fold G into the curvature.
+            self._update_curvature(G, w_then)
         self.diagnostics.update({"lambda": self.lam, "h_mean": float(self.h.mean())})
         return F
 
     _ARRAYS = ("Sgw", "Sww", "h", "G_prev", "w_prev")
 
     def state_dict(self):
-        # Copies: these arrays are updated in place every step.
+        # Copies: the fused kernel updates these arrays in place every step.
         arrays = {k: None if getattr(self, k) is None else getattr(self, k).copy() for k in self._ARRAYS}
-        return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den, **arrays,
-                "corrections": [c.copy() for c in self._corrections]}
+        return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den, **arrays}
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
@@ -334,7 +330,6 @@ class AdaptivePredictor(Predictor):
         for k in self._ARRAYS:
             v = state.get(k)
             setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
-        self._corrections = deque(np.array(c, dtype=np.float32) for c in state.get("corrections", []))
 
 
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
