@@ -9,7 +9,7 @@ import importlib
 from ..cli import subcommand
 
 BENCHES: dict = {}
-_MODULES = ("minips.bench.kernels", "minips.bench.comm", "minips.bench.scaling")
+_MODULES = ("minips.bench.kernels", "minips.bench.comm", "minips.bench.scaling", "minips.bench.study")
 
 
 def register_bench(name: str, help: str):
@@ -20,7 +20,7 @@ def register_bench(name: str, help: str):
     return deco
 
 
-@subcommand("bench", help="benchmarks: kernels, comm, scaling (table + JSON)")
+@subcommand("bench", help="benchmarks: kernels, comm, scaling, study (table + JSON)")
 def add_bench_arguments(p):
     for mod in _MODULES:
         try:
