@@ -94,11 +94,11 @@ def test_study_smoke_resumes_and_records_divergence(tmp_path):
     args = ["bench", "study", str(grid), "--out", str(out), "--algos", "sync,pseudo-sync:adaptive:2@fixed"]
     r = run_cli(args + ["--lr", "base"], timeout=240)
     assert r.returncode == 0, r.stderr + r.stdout
-    res = json.loads((out / "study.json").read_text())
+    res = json.loads((out / "grid.json").read_text())
     assert {x["label"] for x in res["runs"]} == {"sync", "pseudo-sync:adaptive:2@fixed"}
     assert all(x["status"] == "ok" and x["metric"] > 0.5 for x in res["runs"])
     assert (out / "runs/P2/base/pseudo-sync-adaptive-2_fixed/seed0/predictor.toml").read_text().count("=") == 2
-    assert (out / "study-base.png").exists() and "sync" in (out / "study.md").read_text()
+    assert (out / "grid-base.png").exists() and "sync" in (out / "grid.md").read_text()
     r = run_cli(args + ["--lr", "base"], timeout=60)       # everything done: nothing reruns
     assert r.returncode == 0 and "/2 P=" not in r.stdout
     r = run_cli(args + ["--lr", "huge", "--algos", "sync"], timeout=240)

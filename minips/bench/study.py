@@ -41,9 +41,10 @@ continues where it stopped. A run that stops with a non-finite loss is
 recorded as *diverged* (it is a result, not an error). While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
-it writes ``OUT/study.json`` (every run), ``OUT/study.md`` (mean, standard
-deviation and min-max over seeds, and the gap to sync) and
-``OUT/study-<lr>.png`` (metric against P per algorithm).
+it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
+``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
+sync) and ``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
+may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
 """
 from __future__ import annotations
 
@@ -304,7 +305,7 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "") -> list[Path]:
+def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", stem: str = "study") -> list[Path]:
     """One PNG per learning-rate setting: the metric against P per algorithm
     (mean over seeds, bars = min-max; diverged runs marked)."""
     import matplotlib
@@ -335,7 +336,7 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "") 
         ax.set_title(f"{title} ({lr_name}): mean over seeds, bars min-max")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        p = out_dir / f"study-{lr_name}.png"
+        p = out_dir / f"{stem}-{lr_name}.png"
         fig.savefig(p, dpi=120)
         plt.close(fig)
         paths.append(p)
@@ -401,10 +402,11 @@ def run(args) -> int:
     if not records:
         print("no finished runs yet")
         return 1
-    (root / "study.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records}, indent=2) + "\n")
-    report = markdown_report(grid, records, args.title or Path(grid.source).stem)
-    (root / "study.md").write_text(report + "\n")
-    plot_study(grid, records, root, args.title or Path(grid.source).stem)
+    stem = Path(grid.source).stem
+    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records}, indent=2) + "\n")
+    report = markdown_report(grid, records, args.title or stem)
+    (root / f"{stem}.md").write_text(report + "\n")
+    plot_study(grid, records, root, args.title or stem, stem)
     print("\n" + report)
     return 0
 
@@ -412,7 +414,7 @@ def run(args) -> int:
 @register_bench("study", help="convergence study: a grid of train runs under mpiexec; accuracy tables")
 def add_arguments(p):
     p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
-    p.add_argument("--out", required=True, help="study directory (runs/, study.json, study.md, figures)")
+    p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")
     p.add_argument("--ranks", help="only these rank counts, e.g. 2,4")
     p.add_argument("--seeds", help="only these seeds, e.g. 0")
     p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
