@@ -74,6 +74,9 @@ def test_projection_efficiencies_by_hand():
     assert res["sync"]["comm_s"][2] == pytest.approx(a64)
     assert res["sync"]["efficiency"][2] == pytest.approx(0.05 / (0.05 + a64))
     assert res["pseudo-sync"]["efficiency"][2] == pytest.approx(1.0)
+    # ... but its 10 ms predictor makes each step 60 ms against sync's 50 ms on one node
+    assert res["pseudo-sync"]["vs_sync_1"][2] == pytest.approx(0.05 / 0.06)
+    assert res["sync"]["vs_sync_1"][1] == pytest.approx(res["sync"]["efficiency"][1])
     # EDR preset: 100 Gb/s of data (4 x 25.78125 Gb/s, 64b/66b), 1 us
     edr = NETWORKS["ib-edr"]
     assert edr.bandwidth_gbps == pytest.approx(100.0)

@@ -296,7 +296,7 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
     for name, p in proj.items():
         say(f"\nprojected E(P) on {p['network']} (ideal overlap unless phi > 0; paper: "
             + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in PAPER_POINTS.items()) + ")")
-        say(f"{'algorithm':<14}" + "".join(f"{'P=' + str(P):>9}" for P in show))
+        say(f"{'algorithm':<22}" + "".join(f"{'P=' + str(P):>9}" for P in show))
         for algo, rows in p["algos"].items():
             cells = []
             for P in show:
@@ -304,9 +304,16 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
                     cells.append(f"{100 * rows['efficiency'][rows['P'].index(P)]:8.1f}%")
                 else:
                     cells.append(f"{'-':>9}")
-            say(f"{algo:<14}" + "".join(cells))
+            say(f"{algo:<22}" + "".join(cells))
+        if "sync" in p["algos"]:
+            for algo, rows in p["algos"].items():
+                if algo == "sync":
+                    continue
+                say(f"{algo + ' vs sync(1)':<22}" + "".join(
+                    f"{100 * rows['vs_sync_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
+                    for P in show) + "   (throughput per node vs sync on 1 node)")
         allr = next(iter(p["algos"].values()))
-        say(f"{'allreduce ms':<14}" + "".join(
+        say(f"{'allreduce ms':<22}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
 
 

@@ -224,7 +224,10 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     Returns:
         ``{algo: {"P": [...], "step_s": [...], "efficiency": [...], "comm_s": [...]}}``
         where T(1) is the algorithm's own step time on one node (no communication)
-        and ``comm_s`` the whole-gradient allreduce time.
+        and ``comm_s`` the whole-gradient allreduce time. When ``sync`` is among
+        the profiles, each algorithm also gets ``vs_sync_1`` = T_sync(1) / T(P):
+        its throughput per node relative to plain SGD on one node (the
+        predictor's cost, invisible in E(P) because it is in T(1) too, shows here).
 
     Raises:
         ValueError: unknown algorithm, P < 1.
@@ -245,6 +248,11 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
             rows["efficiency"].append(weak_scaling_efficiency(t1, tP))
             rows["comm_s"].append(allreduce_time(prof.grad_bytes, P, net, algorithm))
         out[algo] = rows
+    if "sync" in out:
+        t1_sync = out["sync"]["step_s"][out["sync"]["P"].index(1)] if 1 in out["sync"]["P"] else \
+            STEP_TIME["sync"](profiles["sync"], 1, net, interference, algorithm)
+        for rows in out.values():
+            rows["vs_sync_1"] = [t1_sync / t for t in rows["step_s"]]
     return out
 
 
