@@ -249,8 +249,8 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
 
     profiles = {}
     for r in rows:
-        if r["P"] == 1 and r["algo"] not in profiles:
-            profiles[r["algo"]] = _profile(r, grad_bytes, buckets)
+        if r["P"] == 1:
+            profiles[r["label"]] = _profile(r, grad_bytes, buckets)
     if not profiles:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
     out = {}
@@ -374,10 +374,14 @@ def plot_projection(result: dict, path) -> None:
     proj = result["projection"]
     fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
     styles = {"sync": "-", "overlap-sync": "--", "pseudo-sync": "-."}
+    styles = {k: styles.get(k.split(":")[0], "-") for k in next(iter(proj.values()))["algos"]} if proj else styles
     for ax, (name, p) in zip(axes[0], proj.items()):
         for algo, rows in p["algos"].items():
-            ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], styles.get(algo, "-"), base=2,
-                        label=algo, lw=2)
+            line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], styles.get(algo, "-"), base=2,
+                                label=f"{algo}: E(P)", lw=2)
+            if algo != "sync" and "vs_sync_1" in rows:
+                ax.semilogx(rows["P"], [100 * e for e in rows["vs_sync_1"]], ":", base=2, color=line.get_color(),
+                            lw=1, label=f"{algo}: T_sync(1)/T(P)")
         ax.plot(list(PAPER_POINTS), [100 * v for v in PAPER_POINTS.values()], "k*", ms=11,
                 label="paper (pseudo-sync, Tianhe-II)")
         ax.set_title(p["network"], fontsize=9)

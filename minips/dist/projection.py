@@ -214,8 +214,10 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     """Step time and E(P) of each algorithm at each P.
 
     Args:
-        profiles: algorithm name (a key of :data:`STEP_TIME`) -> its
-            :class:`StepProfile` (pseudo-sync's includes the predictor cost).
+        profiles: label -> :class:`StepProfile` (pseudo-sync's includes the
+            predictor cost); the part of the label before the first ``:`` is
+            the algorithm (a key of :data:`STEP_TIME`), e.g. ``sync`` or
+            ``pseudo-sync:adaptive``.
         net: the interconnect (NetworkModel, preset name or ``alpha=..,beta=..``).
         Ps: node counts (each >= 1).
         interference: phi of assumption 4.
@@ -234,9 +236,9 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     """
     out = {}
     for algo, prof in profiles.items():
-        if algo not in STEP_TIME:
+        if algo.split(":")[0] not in STEP_TIME:
             raise ValueError(f"no step-time model for {algo!r}; known: {', '.join(STEP_TIME)}")
-        f = STEP_TIME[algo]
+        f = STEP_TIME[algo.split(":")[0]]
         t1 = f(prof, 1, net, interference, algorithm)
         rows = {"P": [], "step_s": [], "efficiency": [], "comm_s": []}
         for P in Ps:
