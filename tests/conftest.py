@@ -17,10 +17,19 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def subprocess_env(extra=None):
+    """Environment for subprocesses: no inherited MPI launcher variables, and one
+    Numba/BLAS thread (the tests check correctness; on a loaded 2-core machine
+    parallel loops whose threads get descheduled make runs 10x slower)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MPI_LOCAL"))}
+    e.setdefault("NUMBA_NUM_THREADS", "1")
+    e.setdefault("OPENBLAS_NUM_THREADS", "1")
+    e.update(extra or {})
+    return e
+
+
 def run_cli(args, timeout=120, env=None, cwd=None):
     """Run ``python -m minips ARGS`` in a subprocess; returns CompletedProcess."""
-    e = dict(os.environ)
-    e.pop("PMI_RANK", None)
-    e.update(env or {})
+    e = subprocess_env(env)
     return subprocess.run([sys.executable, "-m", "minips", *args], capture_output=True, text=True,
                           timeout=timeout, env=e, cwd=cwd or ROOT)

@@ -10,7 +10,7 @@ import pytest
 
 from minips.dist.costmodel import fit_ring_allreduce, ring_allreduce_time
 
-from .conftest import ROOT
+from .conftest import ROOT, subprocess_env
 
 
 def test_fit_recovers_hand_made_model_and_reports_quality():
@@ -30,7 +30,7 @@ def test_fit_recovers_hand_made_model_and_reports_quality():
 @pytest.mark.mpi
 def test_bench_comm_smoke(tmp_path):
     out = tmp_path / "c.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    env = subprocess_env()
     r = subprocess.run([shutil.which("mpiexec"), "-n", "2", sys.executable, "-m", "minips", "bench", "comm",
                         "--max-bytes", "4096", "--iters", "20", "--overlap-mb", "0.25", "--json", str(out),
                         "--plot", str(tmp_path / "c.png")],

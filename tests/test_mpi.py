@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, subprocess_env
 
 pytestmark = pytest.mark.mpi
 WORKER = str(Path(__file__).with_name("mpi_worker.py"))
@@ -29,7 +29,7 @@ def launch(n, opts, tmp_path, timeout=120, expect_ok=True):
     cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
     if n:
         cmd = [MPIEXEC, "-n", str(n), *cmd]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    env = subprocess_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     if expect_ok:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -132,6 +132,6 @@ def test_emulated_network_delays_completion(tmp_path):
         "t0 = time.perf_counter(); c.allreduce(b); assert time.perf_counter() - t0 >= expect\n"
         "print('ok', dt, expect)\n")
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT)
+                          text=True, timeout=60, cwd=ROOT, env=subprocess_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok") == 2

@@ -14,7 +14,7 @@ import pytest
 
 from minips import checkpoint
 
-from .conftest import ROOT, run_cli
+from .conftest import ROOT, run_cli, subprocess_env
 
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet"]
 MPIEXEC = shutil.which("mpiexec")
@@ -82,14 +82,15 @@ def _weights(path):
 
 @pytest.mark.parametrize("algo", ["pseudo-sync", "sync"])
 def test_resume_continues_the_same_trajectory(algo, tmp_path):
-    common = [*MLP, "--epochs", "2", "--batch-size", "256", "--algo", algo, "--predictor", "adaptive",
+    # 2 epochs of 20 steps; the cut at step 25 is inside the second epoch
+    common = [*MLP, "--epochs", "2", "--batch-size", "500", "--algo", algo, "--predictor", "adaptive",
               "--staleness", "2"]
     full, part = tmp_path / "full", tmp_path / "part"
     r = run_cli(["train", *common, "--checkpoint-every", "1000", "--out", str(full)])
     assert r.returncode == 0, r.stderr
-    r = run_cli(["train", *common, "--checkpoint-every", "25", "--max-steps", "50", "--out", str(part)])
+    r = run_cli(["train", *common, "--checkpoint-every", "10", "--max-steps", "25", "--out", str(part)])
     assert r.returncode == 0, r.stderr
-    assert checkpoint.load(part / "checkpoint.h5")["step"] == 50
+    assert checkpoint.load(part / "checkpoint.h5")["step"] == 25
     r = run_cli(["train", *common, "--resume", str(part / "checkpoint.h5"), "--checkpoint-every", "1000",
                  "--out", str(part)])
     assert r.returncode == 0, r.stderr
@@ -109,7 +110,7 @@ def test_resume_refuses_a_different_configuration(tmp_path):
 
 @pytest.mark.mpi
 def test_mpi_resume_equality_and_world_size_check(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    env = subprocess_env()
 
     def mpirun(n, args):
         return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "minips", "train", *args],
@@ -131,7 +132,7 @@ def test_mpi_resume_equality_and_world_size_check(tmp_path):
 
 @pytest.mark.mpi
 def test_sigterm_checkpoints_and_exits_zero(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMI_")}
+    env = subprocess_env()
     out = tmp_path / "sig"
     proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP,
                              "--epochs", "20", "--algo", "pseudo-sync", "--out", str(out)],

@@ -286,15 +286,24 @@ class AdaptivePredictor(Predictor):
 
     # Step 1: the secant curvature between consecutive arrivals.
     def _update_curvature(self, G, w_then):
-        if self.G_prev is not None:
-            dG, dw = G - self.G_prev, w_then - self.w_prev
-            self.Sgw = self.rho * self.Sgw + (1 - self.rho) * dG * dw
-            self.Sww = self.rho * self.Sww + (1 - self.rho) * dw * dw
-            self.h = np.clip(self.Sgw / (self.Sww + self.eps), 0.0, self.h_max).astype(np.float32)
-        else:
-            self.Sgw, self.Sww = np.zeros_like(G), np.zeros_like(G)
-            self.h = np.zeros_like(G)
-        self.G_prev, self.w_prev = G.copy(), w_then.copy()
+        if self.G_prev is None:  # first arrival: no secant yet, h = 0
+            self.Sgw, self.Sww, self.h = np.zeros_like(G), np.zeros_like(G), np.zeros_like(G)
+            self.G_prev, self.w_prev = G.copy(), w_then.copy()
+            return
+        dG, dw = G - self.G_prev, w_then - self.w_prev
+        # Sgw = rho Sgw + (1-rho) dG*dw ;  Sww = rho Sww + (1-rho) dw*dw
+        # (in place: this runs every step over all n weights, so fewer temporaries)
+        dG *= dw
+        dw *= dw
+        for S, x in ((self.Sgw, dG), (self.Sww, dw)):
+            S *= self.rho
+            x *= 1 - self.rho
+            S += x
+        # h = clip(Sgw / (Sww + eps), 0, h_max)
+        np.divide(self.Sgw, self.Sww + self.eps, out=self.h)
+        np.clip(self.h, 0.0, self.h_max, out=self.h)
+        self.G_prev[...] = G
+        self.w_prev[...] = w_then
 
     def on_arrival(self, G, G_naive):
         # Confidence first, with the correction formed before G arrived.
@@ -305,22 +314,27 @@ class AdaptivePredictor(Predictor):
         # correction c_t shares no minibatch noise with G; see step 3).
         c = self.h * (w_now - w_then) if self.h is not None else np.zeros_like(G)
         self._corrections.append(c)
-        F = (G + np.float32(self.lam) * c).astype(np.float32)
+        F = np.float32(self.lam) * c
+        F += G
         self._update_curvature(G, w_then)
         self.diagnostics.update({"lambda": self.lam, "h_mean": float(self.h.mean())})
         return F
 
+    _ARRAYS = ("Sgw", "Sww", "h", "G_prev", "w_prev")
+
     def state_dict(self):
-        return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den,
-                "Sgw": self.Sgw, "Sww": self.Sww, "h": self.h, "G_prev": self.G_prev,
-                "w_prev": self.w_prev, "corrections": list(self._corrections)}
+        # Copies: these arrays are updated in place every step.
+        arrays = {k: None if getattr(self, k) is None else getattr(self, k).copy() for k in self._ARRAYS}
+        return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den, **arrays,
+                "corrections": [c.copy() for c in self._corrections]}
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.lam, self.num, self.den = float(state["lam"]), float(state["num"]), float(state["den"])
-        self.Sgw, self.Sww, self.h = state.get("Sgw"), state.get("Sww"), state.get("h")
-        self.G_prev, self.w_prev = state.get("G_prev"), state.get("w_prev")
-        self._corrections = deque(state.get("corrections", []))
+        for k in self._ARRAYS:
+            v = state.get(k)
+            setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
+        self._corrections = deque(np.array(c, dtype=np.float32) for c in state.get("corrections", []))
 
 
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
