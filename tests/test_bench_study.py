@@ -77,14 +77,16 @@ def test_aggregate_and_report(tmp_path):
     recs = [{"P": 2, "lr": "base", "label": "sync", "seed": s, "status": "ok", "metric": m}
             for s, m in enumerate([0.80, 0.82, 0.84])]
     recs += [{"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 0, "status": "ok", "metric": 0.78},
+             {"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 2, "status": "ok", "metric": 0.1},
              {"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 1, "status": "diverged", "metric": None}]
     a = aggregate(recs)
     s = a[("base", "sync", 2)]
     assert s["mean"] == pytest.approx(0.82) and s["std"] == pytest.approx(0.02) and (s["min"], s["max"]) == (0.8, 0.84)
     last = a[("base", "pseudo-sync:last:1", 2)]
-    assert last["n"] == 2 and last["n_ok"] == 1 and last["diverged"] == 1
+    assert last["n"] == 3 and last["n_ok"] == 2 and last["diverged"] == 1 and last["at_chance"] == 0
+    assert aggregate(recs, chance=0.1)[("base", "pseudo-sync:last:1", 2)]["at_chance"] == 1
     md = markdown_report(g, recs)
-    assert "0.8200 ± 0.0200 (0.8000-0.8400)" in md and "[1 div]" in md and "-0.0400" in md
+    assert "0.8200 ± 0.0200 (0.8000-0.8400)" in md and "[1 at chance, 1 div]" in md and "-0.3800" in md
 
 
 @pytest.mark.mpi

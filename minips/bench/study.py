@@ -83,6 +83,7 @@ class Grid:
     env: dict = field(default_factory=dict)
     timeout_s: float = 1800.0
     metric: str = "test_accuracy"
+    chance: float | None = None
     source: str = ""
 
 
@@ -123,7 +124,8 @@ def load_grid(path) -> Grid:
     for key in ("ranks", "seeds", "algos", "train", "lr"):
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
-    unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric"}
+    unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric",
+                          "chance"}
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
@@ -131,6 +133,7 @@ def load_grid(path) -> Grid:
              variants={k: dict(v) for k, v in raw.get("variants", {}).items()},
              env={k: str(v) for k, v in raw.get("env", {}).items()},
              timeout_s=float(raw.get("timeout_s", 1800)), metric=raw.get("metric", "test_accuracy"),
+             chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
              source=str(p))
     if not g.ranks or min(g.ranks) < 1:
         raise StudyError(f"{p}: ranks must be a non-empty list of integers >= 1, got {raw['ranks']}")
@@ -237,10 +240,12 @@ def _record(out: Path, metric: str) -> dict:
             "final_lr": s.get("lr"), "world_size": s.get("world_size")}
 
 
-def aggregate(records: list[dict]) -> dict:
+def aggregate(records: list[dict], chance: float | None = None) -> dict:
     """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``mean``,
     ``std`` (sample standard deviation; 0 for one seed), ``min``, ``max`` of the
-    metric over the seeds that finished; None when none finished."""
+    metric over the seeds that finished (None when none finished), and
+    ``at_chance``: finished runs whose metric is below ``chance + 0.01`` (the
+    network collapsed to a constant prediction without a non-finite loss)."""
     groups: dict = {}
     for r in records:
         groups.setdefault((r["lr"], r["label"], r["P"]), []).append(r)
@@ -252,6 +257,7 @@ def aggregate(records: list[dict]) -> dict:
                     "mean": statistics.fmean(vals) if vals else None,
                     "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
                     "min": min(vals) if vals else None, "max": max(vals) if vals else None,
+                    "at_chance": sum(v < chance + 0.01 for v in vals) if chance is not None else 0,
                     "values": vals}
     return out
 
@@ -264,17 +270,23 @@ def _cell(a: dict | None, digits: int) -> str:
     s = f"{a['mean']:.{digits}f} ± {a['std']:.{digits}f}"
     if a["n_ok"] > 1:
         s += f" ({a['min']:.{digits}f}-{a['max']:.{digits}f})"
+    notes = []
+    if a["at_chance"]:
+        notes.append(f"{a['at_chance']} at chance")
     if a["n_ok"] < a["n"]:
-        s += f" [{a['diverged']} div]" if a["diverged"] else f" [{a['n'] - a['n_ok']} failed]"
-    return s
+        notes.append(f"{a['diverged']} div" if a["diverged"] else f"{a['n'] - a['n_ok']} failed")
+    return s + (f" [{', '.join(notes)}]" if notes else "")
 
 
 def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     """Tables: per learning-rate setting, algorithm rows x P columns of
     ``mean ± std (min-max)`` over seeds, then the gap of each mean to sync's."""
-    agg = aggregate(records)
+    agg = aggregate(records, grid.chance)
     digits = 2 if grid.metric == "bleu" else 4
     lines = [f"# {title or 'study'}: {grid.metric} (mean ± sample std (min-max) over seeds)", "",
+             "Cells: mean ± sample standard deviation (min-max) over the seeds that finished; "
+             "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
+             "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
              f"grid: `{grid.source}`; seeds {grid.seeds}; train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
     ranks = sorted({r["P"] for r in records})
@@ -312,7 +324,7 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    agg = aggregate(records)
+    agg = aggregate(records, grid.chance)
     paths = []
     ranks = sorted({r["P"] for r in records})
     for lr_name in grid.lr:
