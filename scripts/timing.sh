@@ -17,6 +17,7 @@ trap 'rm -f runs/study-mini/PAUSE runs/study-full/PAUSE' EXIT
 while pgrep -f "minips train .*--out runs/study-" >/dev/null; do sleep 5; done
 export NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "start: $(uptime)" | tee "$OUT/load.txt"
+$PY scripts/cpu_pair_probe.py | tee "$OUT/cpu-pair.txt"
 $MPIEXEC -n 2 -bind-to core $PY -m minips bench comm --json "$OUT/comm-real.json" --plot "$OUT/comm-real.png" | tee "$OUT/comm-real.txt"
 echo "after comm-real: $(uptime)" | tee -a "$OUT/load.txt"
 MPIR_CVAR_ASYNC_PROGRESS=1 $MPIEXEC -n 2 -bind-to core $PY -m minips bench comm --json "$OUT/comm-async.json" --plot "$OUT/comm-async.png" | tee "$OUT/comm-async.txt"
