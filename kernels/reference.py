@@ -202,3 +202,72 @@ def relu_backward(y, gy):
     """Twin of :func:`minips.kernels.elementwise.relu_backward`: ``gy`` where the
     output ``y`` is positive, else 0 (the subgradient at 0 is taken as 0)."""
     return np.where(y > 0, gy, 0).astype(gy.dtype)
+
+
+# --- lstm.py -------------------------------------------------------------------
+# Gate order along the 4H axis: (i, f, g, o), as in minips.kernels.lstm.
+def _sigmoid(x):
+    return 0.5 * np.tanh(0.5 * x) + 0.5  # = 1 / (1 + exp(-x)), never overflows
+
+
+def step_forward(z, zh, b, c_prev):
+    """Twin of :func:`minips.kernels.lstm.step_forward` (which works in place):
+    returns ``(gates, c, tanh_c, h)`` for pre-activation parts z, zh (N, 4H)."""
+    zi, zf, zg, zo = np.split(z + zh + b, 4, axis=1)
+    i, f, g, o = _sigmoid(zi), _sigmoid(zf), np.tanh(zg), _sigmoid(zo)
+    c = f * c_prev + i * g
+    return np.concatenate([i, f, g, o], axis=1), c, np.tanh(c), o * np.tanh(c)
+
+
+def step_backward(gates, c_prev, tanh_c, dh_out, dh, dc):
+    """Twin of :func:`minips.kernels.lstm.step_backward` (which works in
+    place): returns ``(dz, dc_prev)``, the gradients of the step's
+    pre-activations (N, 4H) and of c_{t-1} (N, H)."""
+    i, f, g, o = np.split(gates, 4, axis=1)
+    dh = dh + dh_out                                   # two paths reach h_t
+    do = dh * tanh_c                                   # h = o * tanh(c)
+    dc = dc + dh * o * (1 - tanh_c ** 2)
+    di, df, dg = dc * g, dc * c_prev, dc * i           # c = f*c_prev + i*g
+    dz = np.concatenate([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], axis=1)
+    return dz, dc * f                                  # c_{t-1} reaches c_t through f
+
+
+def lstm_forward(x, w_ih, w_hh, b, h0=None, c0=None):
+    """Twin of :func:`minips.kernels.lstm.lstm_forward`: one step at a time."""
+    steps, n, _ = x.shape
+    hidden = w_hh.shape[1]
+    dt = x.dtype
+    h_prev = np.zeros((n, hidden), dt) if h0 is None else h0.astype(dt)
+    c_prev = np.zeros((n, hidden), dt) if c0 is None else c0.astype(dt)
+    outs = []
+    for t in range(steps):
+        gates, c, tanh_c, h = step_forward(x[t] @ w_ih.T, h_prev @ w_hh.T, b, c_prev)
+        outs.append((h, c, gates, tanh_c))
+        h_prev, c_prev = h, c
+    return tuple(np.stack(a).astype(dt) for a in zip(*outs))
+
+
+def lstm_backward(dh_out, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c):
+    """Twin of :func:`minips.kernels.lstm.lstm_backward`: backpropagation
+    through time, written step by step (derivation in docs/lstm.md)."""
+    steps, n, _ = x.shape
+    hidden = w_hh.shape[1]
+    dt = x.dtype
+    zeros = np.zeros((n, hidden), dt)
+    h0 = zeros if h0 is None else h0
+    c0 = zeros if c0 is None else c0
+    dh = zeros if dh_n is None else dh_n.astype(dt)
+    dc = zeros if dc_n is None else dc_n.astype(dt)
+    dx = np.zeros_like(x)
+    dw_ih, dw_hh = np.zeros_like(w_ih), np.zeros_like(w_hh)
+    db = np.zeros(w_ih.shape[0], dt)
+    for t in reversed(range(steps)):
+        c_prev = c0 if t == 0 else c[t - 1]
+        h_prev = h0 if t == 0 else h[t - 1]
+        dz, dc = step_backward(gates[t], c_prev, tanh_c[t], dh_out[t], dh, dc)
+        dx[t] = dz @ w_ih
+        dw_ih += dz.T @ x[t]
+        dw_hh += dz.T @ h_prev
+        db += dz.sum(axis=0)
+        dh = dz @ w_hh                                 # to h_{t-1}
+    return dx, dh, dc, dw_ih, dw_hh, db

@@ -20,6 +20,7 @@ micrograd (A. Karpathy), reduced to what a course needs.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 
 import numpy as np
@@ -33,6 +34,9 @@ _state = threading.local()
 #: distributed layer adds ``comm.progress`` here ("poll" progress mode) so a
 #: nonblocking allreduce advances between layers; empty otherwise.
 backward_callbacks: list = []
+
+# Creation counter of graph nodes: creation order is a topological order.
+_sequence = itertools.count()
 
 
 def is_grad_enabled() -> bool:
@@ -113,6 +117,7 @@ class Function:
                 t._fn, t._out_index = fn, i
             results.append(t)
         if track:
+            fn.seq = next(_sequence)
             fn.inputs = tuple(inputs)
             fn.needs_input_grad = tuple(
                 isinstance(x, Tensor) and x.requires_grad for x in inputs)
@@ -122,27 +127,33 @@ class Function:
 
 
 def _topological_order(root_fn):
-    """Functions reachable from ``root_fn``, each after all functions that
-    consume its outputs (iterative post-order DFS; no recursion limit)."""
+    """Functions reachable from ``root_fn``, each after every function that
+    consumes its outputs: descending creation order (an iterative walk finds
+    them; no recursion limit).
+
+    Any reverse topological order gives the same gradients, but this one also
+    finishes each leaf's gradient as early as the forward pass allows: the
+    weight of ``x @ W.T`` is transposed just before the product, so its
+    gradient is complete right after the product's backward, not at the end of
+    the whole backward pass. That is what lets overlapped allreduce start the
+    last layers' buckets early (PyTorch orders its engine by the same
+    sequence numbers).
+    """
     from .tensor import Tensor
 
-    order, visited = [], {id(root_fn)}
-    stack = [(root_fn, False)]
+    nodes, seen, stack = [], {id(root_fn)}, [root_fn]
     while stack:
-        fn, expanded = stack.pop()
-        if expanded:
-            order.append(fn)
-            continue
+        fn = stack.pop()
         if fn.inputs is None:
             raise RuntimeError("backward through a graph that was already freed: "
                                "pass retain_graph=True to the first backward()")
-        stack.append((fn, True))
+        nodes.append(fn)
         for x in fn.inputs:
-            if isinstance(x, Tensor) and x._fn is not None and id(x._fn) not in visited:
-                visited.add(id(x._fn))
-                stack.append((x._fn, False))
-    order.reverse()  # root first; every producer after its consumers
-    return order
+            if isinstance(x, Tensor) and x._fn is not None and id(x._fn) not in seen:
+                seen.add(id(x._fn))
+                stack.append(x._fn)
+    nodes.sort(key=lambda f: f.seq, reverse=True)
+    return nodes
 
 
 def backward(tensor, grad=None, retain_graph=False):

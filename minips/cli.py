@@ -65,6 +65,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every N steps (0 = off)")
     p.add_argument("--resume", help="checkpoint file to resume from")
     p.add_argument("--max-steps", type=int, help="stop after N steps (0 = run all epochs)")
+    p.add_argument("--label", help="name of the run in tables and figures (default: the algorithm)")
     _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
     _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
 

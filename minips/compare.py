@@ -87,7 +87,8 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
         table = markdown_table(summaries)
         first = summaries[0]
         header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
-                  f"batch {first['batch_size_per_rank']}/rank, {first['epochs']} epoch(s), seed {first['seed']}, "
+                  f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
+                  f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
                   f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
                   f"progress: {first['progress']}\n\n")
         (out / "compare.md").write_text(header + table + "\n")

@@ -63,7 +63,10 @@ def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
     for ax in (a, b):
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
-    a.legend(fontsize=8)
+    if a.lines:
+        a.legend(fontsize=8)
+    else:  # runs stopped (--max-steps) before their first complete epoch
+        a.text(0.5, 0.5, "no complete epoch", ha="center", transform=a.transAxes)
     emulated = any(r["summary"].get("network_emulated") for r in runs)
     fig.suptitle(f"{metric.replace('_', ' ')}" + (" (EMULATED network)" if emulated else ""))
     fig.tight_layout()
@@ -116,13 +119,16 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
             axes[1].plot(*series(r, "lambda"), label=r["name"])
             axes[2].plot(*series(r, "cos_forecast"), label=r["name"])
     axes[0].set_ylabel(f"training loss ({smooth}-step mean)")
+    if not axes[0].lines:
+        axes[0].text(0.5, 0.5, "no trace.csv", ha="center", transform=axes[0].transAxes)
     if has_pred:
         axes[1].set_ylabel("lambda (confidence in history)")
         axes[2].set_ylabel("cos(forecast, arrived gradient)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    if axes[0].lines:
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -7,7 +7,6 @@ registers its own in :mod:`minips.captioning`.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .autograd import no_grad
 from .tensor import Tensor

@@ -190,6 +190,20 @@ class Trainer:
         return tqdm(total=self.total_steps, desc=f"{self.cfg.algo} x{self.comm.size}", unit="step",
                     dynamic_ncols=True, initial=self.global_step)
 
+    def _warn_if_busy(self) -> None:
+        """Parallel Numba loops wait for their slowest thread; when other jobs
+        already occupy the cores, a descheduled thread stalls every loop (seen:
+        a ConvNet step 8x slower with 2 threads than with 1 under load 7 on 2
+        cores). Say so, once, on rank 0."""
+        if self.threads < 2 or "NUMBA_NUM_THREADS" in os.environ:
+            return
+        from .kernels.threads import cores_on_node
+        load = os.getloadavg()[0]
+        if load >= cores_on_node():
+            self._say(f"warning: this machine is busy (load average {load:.1f} on {cores_on_node()} cores); "
+                      f"{self.threads} Numba threads per rank may run much slower than 1: "
+                      "set NUMBA_NUM_THREADS=1 if steps are slow")
+
     def _say(self, msg: str) -> None:
         if self.comm.rank == 0 and not self.cfg.quiet:
             print(msg, flush=True)
@@ -209,15 +223,39 @@ class Trainer:
         self.step_times: list[float] = []
         if cfg.resume:
             self.restore(cfg.resume)
+        self._warn_if_busy()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {cfg.batch_size}/rank x {comm.size} = "
                   f"{cfg.batch_size * comm.size}; {self.total_steps} steps"
                   + (f"; resumed at step {self.global_step}" if cfg.resume else ""))
         self.algo.start()
-        self.comm_alone_s = self.measure_comm_alone()
         stopper = StopAgreement(comm)
-        t_start = time.perf_counter()
         bar = self._progress_bar()
+        t_start = time.perf_counter()
+        try:
+            self.comm_alone_s = self.measure_comm_alone()
+            samples, stopped = self._train_epochs(stopper, bar, out, t_start)
+        except BaseException:
+            self._abandon(stopper, bar)
+            raise
+        bar.close()
+        self.algo.finish()  # drain the pipeline: no request left pending
+        stopper.close()
+        if stopped == "signal" or cfg.checkpoint_every:  # the final state, to continue or inspect
+            self.save_checkpoint(out / "checkpoint.h5")
+            if stopped == "signal":
+                self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / 'checkpoint.h5'} "
+                          f"(continue with --resume {out / 'checkpoint.h5'})")
+        wall = time.perf_counter() - t_start
+        summary = self._summary(wall, samples, stopped)
+        if comm.rank == 0:
+            self._write_outputs(out, summary)
+            self._say(self.format_breakdown(summary))
+        return summary
+
+    def _train_epochs(self, stopper, bar, out: Path, t_start: float):
+        """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None)."""
+        cfg = self.cfg
         samples, stopped = 0, None
         start_epoch, start_batch = divmod(self.global_step, self.steps_per_epoch)
         for epoch in range(start_epoch, cfg.epochs):
@@ -257,20 +295,19 @@ class Trainer:
                 self._end_epoch(epoch, losses, t_epoch, t_start, partial=stopped == "max_steps")
             if stopped:
                 break
+        return samples, stopped
+
+    def _abandon(self, stopper, bar) -> None:
+        """Clean up after an exception (a NaN loss, Ctrl-C in a notebook): restore
+        the signal handlers and disarm progress polling. On one rank also complete
+        what is in flight; with several, the other ranks may be gone, so waiting
+        could hang (the CLI aborts the job instead)."""
         bar.close()
-        self.algo.finish()  # drain the pipeline: no request left pending
-        stopper.close()
-        if stopped == "signal" or cfg.checkpoint_every:  # the final state, to continue or inspect
-            self.save_checkpoint(out / "checkpoint.h5")
-            if stopped == "signal":
-                self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / 'checkpoint.h5'} "
-                          f"(continue with --resume {out / 'checkpoint.h5'})")
-        wall = time.perf_counter() - t_start
-        summary = self._summary(wall, samples, stopped)
-        if comm.rank == 0:
-            self._write_outputs(out, summary)
-            self._say(self.format_breakdown(summary))
-        return summary
+        stopper.close(wait=self.comm.size == 1)
+        if self.comm.size == 1:
+            self.algo.finish()
+        else:
+            self.algo.disarm()
 
     def measure_comm_alone(self, repeats: int = 5) -> float | None:
         """Median seconds of a blocking allreduce of the whole gradient with
@@ -369,7 +406,7 @@ class Trainer:
         self.trace_rows = json.loads(state["trace"])
 
     def _train_step(self, batch) -> float:
-        cfg, algo = self.cfg, self.algo
+        algo = self.algo
         lr = self.schedule(self.global_step)
         self.optimizer.lr = lr
         timer = algo.timer
@@ -510,12 +547,13 @@ class StopAgreement:
         self.req = self.comm.iallreduce(buf, tag="stop")
         return bool(stop)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Complete the last flag exchange (``wait``) and restore the signal handlers."""
         import signal
 
-        if self.req is not None:
+        if self.req is not None and wait:
             self.req.wait()
-            self.req = None
+        self.req = None
         for sig, old in self._old.items():
             signal.signal(sig, old)
 

@@ -137,3 +137,21 @@ def test_ops_reject_bad_shapes_clearly():
         ops.matmul(a, mp.tensor(np.ones((4, 5))))
     with pytest.raises(ValueError, match="cannot reshape"):
         a.reshape(4, 2)
+
+
+def test_leaf_gradients_complete_in_reverse_layer_order():
+    """Backward visits nodes in reverse creation order, so the last layer's
+    weights (used as x @ W.T: W is transposed just before the product) are done
+    first. Overlapped allreduce relies on this to post the last buckets early."""
+    from minips import nn
+    from minips.models import MLP
+
+    mp.random.seed(0)
+    model = MLP(6, (5, 4), 3)
+    order = []
+    for name, p in model.named_parameters():
+        p.register_grad_hook(lambda t, name=name: order.append(name))
+    x = np.random.default_rng(0).standard_normal((7, 6)).astype(np.float32)
+    nn.cross_entropy(model(mp.tensor(x)), np.arange(7) % 3).backward()
+    layers = [n.rsplit(".", 1)[0] for n in order]
+    assert layers == ["net.5", "net.5", "net.3", "net.3", "net.1", "net.1"], order

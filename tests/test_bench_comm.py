@@ -1,6 +1,5 @@
 """bench comm smoke test (tiny sizes) and the alpha-beta fit."""
 import json
-import os
 import shutil
 import subprocess
 import sys

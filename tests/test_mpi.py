@@ -5,7 +5,6 @@ pseudo-sync equals a one-process simulation of the stale-by-k rule; replicas
 stay bit-identical; nothing is left pending; a failing rank aborts the job.
 """
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -131,6 +130,25 @@ def test_emulated_network_delays_completion(tmp_path):
         "assert b[0] == 2.0\n"
         "t0 = time.perf_counter(); c.allreduce(b); assert time.perf_counter() - t0 >= expect\n"
         "print('ok', dt, expect)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ok") == 2
+
+
+def test_emulated_link_carries_one_request_at_a_time(tmp_path):
+    # Two 1 MB requests posted together on emulated 1 GbE: the second leaves the
+    # wire one modelled time after the first, not at the same moment.
+    script = (
+        "import time, numpy as np\n"
+        "from minips.dist.comm import get_comm\n"
+        "c = get_comm(network='1gbe')\n"
+        "a, b = np.ones(262144, np.float32), np.ones(262144, np.float32)\n"
+        "T = c.network.allreduce_time(a.nbytes, 2)\n"
+        "t0 = time.perf_counter(); ra = c.iallreduce(a); rb = c.iallreduce(b)\n"
+        "ra.wait(); ta = time.perf_counter() - t0; rb.wait(); tb = time.perf_counter() - t0\n"
+        "assert ta >= T and tb >= 2 * T, (ta, tb, T)\n"
+        "print('ok')\n")
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, env=subprocess_env())
     assert proc.returncode == 0, proc.stderr

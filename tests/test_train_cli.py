@@ -2,7 +2,6 @@
 checkpoint/resume on the same trajectory, SIGTERM, NaN."""
 import csv
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -152,3 +151,16 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     assert s["stopped"] == "signal" and 0 < s["steps"] < 20 * 78
     state = checkpoint.load(out / "checkpoint.h5")
     assert state["step"] == s["steps"] and trace.exists()
+
+
+def test_failed_run_restores_signal_handlers_and_drains():
+    """In a notebook a failed run must not leave handlers or requests behind."""
+    from minips.train import TrainConfig, Trainer
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = Trainer(TrainConfig(model="mlp", epochs=1, lr=1e4, momentum=0.99, algo="pseudo-sync", quiet=True,
+                            trace=False, out=str(ROOT / "runs" / "test-nan")))
+    with pytest.raises(FloatingPointError, match="at step"):
+        t.run()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert t.comm.pending() == 0

@@ -9,7 +9,8 @@ import importlib
 from ..cli import subcommand
 
 BENCHES: dict = {}
-_MODULES = ("minips.bench.kernels", "minips.bench.comm", "minips.bench.scaling", "minips.bench.study")
+_MODULES = ("minips.bench.kernels", "minips.bench.lstm", "minips.bench.comm", "minips.bench.scaling",
+            "minips.bench.study")
 
 
 def register_bench(name: str, help: str):

@@ -25,7 +25,9 @@ Network emulation (:class:`NetworkModel`): each allreduce can be charged the
 time an alpha-beta model of an interconnect would take for a ring allreduce,
 ``2 (P-1) alpha + 2 (P-1)/P * n * beta``; a request completes no earlier than
 post time + that time, and the waiting rank sleeps (does not spin), as with an
-offloading NIC. Results produced this way are labelled *emulated*.
+offloading NIC. Requests share the emulated link one after another (a request
+posted while another is on the wire starts when it finishes). Results produced
+this way are labelled *emulated*.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ class Request:
         post_time: ``time.perf_counter()`` when posted, seconds.
         ready_time: with network emulation, the earliest completion time.
         done: whether it has completed (and its arrays are writable again).
+        complete_time: ``time.perf_counter()`` when it was seen complete (None before).
         wait_time: seconds spent blocked in :meth:`wait` (0 if it was already done).
         tag: free-form label (e.g. the step and bucket) for traces.
 
@@ -196,6 +199,7 @@ class Comm:
         self.network: NetworkModel | None = parse_network(network) if network else None
         self.progress_mode = progress
         self._pending: set[Request] = set()
+        self._link_free = 0.0  # emulated network: when the wire is free again
         self._thread = _ProgressThread() if (progress == "thread" and self.size > 1) else None
         self.stats = {"allreduce_calls": 0, "allreduce_bytes": 0, "progress_calls": 0}
 
@@ -222,6 +226,16 @@ class Comm:
     def _modelled_seconds(self, nbytes: int) -> float:
         return self.network.allreduce_time(nbytes, self.size) if self.network else 0.0
 
+    def _emulated_finish(self, nbytes: int, now: float) -> float:
+        """When an allreduce of ``nbytes`` posted at ``now`` leaves the emulated
+        link. The link carries one collective at a time (they share the same
+        wire): a request starts when the previous one has finished."""
+        if not self.network:
+            return now
+        start = max(now, self._link_free)
+        self._link_free = start + self._modelled_seconds(nbytes)
+        return self._link_free
+
     def _check(self, buf):
         if not isinstance(buf, np.ndarray) or buf.dtype != np.float32 or not buf.flags.c_contiguous:
             raise TypeError("allreduce buffers must be contiguous float32 numpy arrays "
@@ -239,9 +253,10 @@ class Comm:
         """
         self._check(buf)
         t0 = time.perf_counter()
+        finish = self._emulated_finish(buf.nbytes, t0)
         if self.size > 1:
             self.mpi.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
-        rest = t0 + self._modelled_seconds(buf.nbytes) - time.perf_counter()
+        rest = finish - time.perf_counter()
         if rest > 0:
             time.sleep(rest)
         self.stats["allreduce_calls"] += 1
@@ -258,7 +273,7 @@ class Comm:
             TypeError, RuntimeError: as :meth:`allreduce`.
         """
         self._check(buf)
-        ready = time.perf_counter() + self._modelled_seconds(buf.nbytes)
+        ready = self._emulated_finish(buf.nbytes, time.perf_counter())
         mpi_req = None
         if self.size > 1:
             mpi_req = self.mpi.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)

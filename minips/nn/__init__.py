@@ -2,7 +2,9 @@
 from . import init  # noqa: F401
 from .layers import Dropout, Flatten, Identity, Linear, ReLU, Sigmoid, Tanh  # noqa: F401
 from .losses import cross_entropy  # noqa: F401
+from .losses import sequence_cross_entropy  # noqa: F401
 from .module import Module, Parameter, Sequential  # noqa: F401
+from .recurrent import LSTM, Embedding  # noqa: F401
 
 # The convolution layers live in minips.nn.conv, which also registers the
 # ConvNet model and so imports minips.models (which imports this package).

@@ -95,6 +95,10 @@ class Algorithm:
     def finish(self) -> None:
         """Complete every outstanding request; disarm progress polling."""
         self.drain()
+        self.disarm()
+
+    def disarm(self) -> None:
+        """Stop polling MPI progress from the autograd and module callbacks."""
         if self._callbacks_on:
             autograd.backward_callbacks.remove(self.comm.progress)
             nn_module.forward_callbacks.remove(self.comm.progress)

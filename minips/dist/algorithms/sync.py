@@ -43,20 +43,25 @@ class OverlapSyncSGD(Algorithm):
     Args:
         bucket_mb: bucket size in MiB (default 1; PyTorch DDP uses 25 for
             models 100x larger).
+
+    Attributes:
+        requests: bucket index -> :class:`~minips.dist.comm.Request` of the
+            current (or last) step, with ``post_time`` and ``complete_time``
+            for timelines.
     """
 
     name = "overlap-sync"
 
     def __init__(self, params, optimizer, comm, bucket_mb: float = 1.0):
         super().__init__(params, optimizer, comm, num_grad_buffers=1, bucket_mb=bucket_mb)
-        self._requests = {}
+        self.requests = {}
         self._remaining = {}
         for i, p in enumerate(self.flat.params):
             p.register_grad_hook(lambda _t, i=i: self._param_ready(i))
 
     def before_backward(self) -> None:
         super().before_backward()
-        self._requests = {}
+        self.requests = {}
         self._remaining = {b.index: len(b.param_ids) for b in self.flat.buckets}
 
     def _param_ready(self, pid: int) -> None:
@@ -70,17 +75,17 @@ class OverlapSyncSGD(Algorithm):
 
     def _post(self, bucket) -> None:
         with self.timer.phase("post"):
-            self._requests[bucket.index] = self.comm.iallreduce(
+            self.requests[bucket.index] = self.comm.iallreduce(
                 self.flat.bucket_slice(0, bucket), lock=self.flat.grad_views(0, bucket),
                 tag=(self.step_count, bucket.index))
 
     def step(self) -> None:
         # Buckets whose parameters got no gradient this step (unused layers).
         for b in self.flat.buckets:
-            if b.index not in self._requests:
+            if b.index not in self.requests:
                 self._post(b)
         with self.timer.phase("wait"):
-            for r in self._requests.values():
+            for r in self.requests.values():
                 r.wait()
         g = self.average(self.flat.grads[0])
         self.apply_update(g)

@@ -1,0 +1,136 @@
+"""The tutorials run, and their exercise checks accept right answers and reject wrong ones.
+
+- ``test_tutorial_runs``: every ``tutorials/NN_*.py`` runs as a script in fast
+  mode (``MINIPS_TUTORIAL_FAST=1``: small data, few steps; unsolved exercises
+  use the reference solutions, so every check cell runs and must pass), MPI
+  steps under ``mpiexec -n 2``. Fails if the script raises or any check fails.
+- ``test_solution_passes_check``: each reference solution passes its check
+  (MPI exercises under ``mpiexec -n 2``, through tests/tutorial_check_worker.py).
+- ``test_check_rejects_wrong_answer``: each check raises AssertionError on a
+  plausible wrong answer (tests/tutorial_wrong_answers.py).
+- ``test_placeholder_stops_with_a_message``: without solutions, an unsolved
+  exercise stops the step with a message that says what to do.
+- ``test_tutorials_are_notebooks``: each step is a jupytext percent file with
+  markdown and code cells.
+
+The tutorials run with one Numba/BLAS thread per process here: on a shared
+test machine, parallel kernels whose threads wait for a descheduled peer can
+be 10-100x slower (see tutorial 2), and the thread count does not change what
+the tutorials compute.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUT = ROOT / "tutorials"
+sys.path.insert(0, str(TUT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import checks  # noqa: E402  (tutorials/checks.py)
+import tutorial_wrong_answers as wrong  # noqa: E402
+
+#: step file -> number of MPI processes it runs on
+STEPS = {
+    "01_tensors_and_autograd": 1,
+    "02_layers_and_kernels": 1,
+    "03_train_a_convnet": 1,
+    "04_mpi_basics": 2,
+    "05_sync_sgd": 2,
+    "06_overlap_buckets": 2,
+    "07_pseudo_sync": 2,
+    "08_predictors": 1,
+    "09_video_captioning": 2,
+    "10_scaling_and_clusters": 1,
+}
+
+def _env(tmp_path, **extra):
+    e = dict(os.environ)
+    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD",
+                "MINIPS_MPI"):
+        e.pop(var, None)
+    e.update({"MINIPS_TUTORIAL_FAST": "1", "MINIPS_TUTORIAL_OUT": str(tmp_path / "out"),
+              "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+              "MPLBACKEND": "Agg"})
+    e.update(extra)
+    return e
+
+
+def _run_step(step, nprocs, tmp_path, timeout=240, **env):
+    cmd = [sys.executable, str(TUT / f"{step}.py")]
+    if nprocs > 1:
+        cmd = ["mpiexec", "-n", str(nprocs), *cmd]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_every_step_file_is_listed():
+    files = sorted(p.stem for p in TUT.glob("[0-9][0-9]_*.py"))
+    assert files == sorted(STEPS), "tests/test_tutorials.py::STEPS must list every tutorial step"
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_tutorial_runs(step, tmp_path):
+    p = _run_step(step, STEPS[step], tmp_path)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"{step} failed (exit {p.returncode}):\n{out[-6000:]}"
+    ids = [i for i, ex in checks.EXERCISES.items() if ex.step == step]
+    for i in ids:
+        assert f"Exercise {i}: correct." in out, f"{step}: the check of exercise {i} did not report success"
+
+
+def _solution(ex):
+    import _common
+    return getattr(_common.load_solutions(ex.step), ex.name)
+
+
+SERIAL = sorted(i for i, ex in checks.EXERCISES.items() if not ex.mpi)
+PARALLEL = sorted(i for i, ex in checks.EXERCISES.items() if ex.mpi)
+
+
+def test_every_exercise_has_a_wrong_answer():
+    assert sorted(wrong.WRONG) == sorted(checks.EXERCISES)
+
+
+@pytest.mark.parametrize("exercise_id", SERIAL)
+def test_solution_passes_check(exercise_id):
+    ex = checks.EXERCISES[exercise_id]
+    ex.check(_solution(ex))
+
+
+@pytest.mark.parametrize("exercise_id", SERIAL)
+def test_check_rejects_wrong_answer(exercise_id):
+    ex = checks.EXERCISES[exercise_id]
+    for bad in wrong.WRONG[exercise_id]():
+        with pytest.raises(AssertionError):
+            ex.check(bad)
+
+
+@pytest.mark.parametrize("exercise_id", PARALLEL)
+def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
+    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, str(Path(__file__).parent / "tutorial_check_worker.py"),
+                        exercise_id], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert out.count("solution: passed") == 2 and out.count("wrong answers: rejected") == 2, out[-4000:]
+
+
+def test_placeholder_stops_with_a_message(tmp_path):
+    p = _run_step("01_tensors_and_autograd", 1, tmp_path, MINIPS_TUTORIAL_SOLUTIONS="0")
+    assert p.returncode != 0
+    assert "Exercise 1.1 is not done yet" in p.stderr and "MINIPS_TUTORIAL_SOLUTIONS=1" in p.stderr
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_tutorials_are_notebooks(step):
+    import jupytext  # in the test extra
+
+    nb = jupytext.read(TUT / f"{step}.py")
+    kinds = [c.cell_type for c in nb.cells]
+    assert kinds[0] == "markdown" and kinds.count("markdown") >= 5 and kinds.count("code") >= 5
+    assert nb.cells[0].source.startswith(f"# Step {int(step[:2])}:")

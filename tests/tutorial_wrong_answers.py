@@ -1,0 +1,356 @@
+"""Plausible wrong answers to the tutorials' exercises: each check must reject them.
+
+``WRONG[exercise_id]()`` returns a list of wrong answers (built lazily, so this
+module imports nothing heavy).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _w11():
+    import minips as mp
+
+    class ForgotChainRule(mp.Function):      # returns sigmoid(a), not g * sigmoid(a)
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            return 1 / (1 + np.exp(-self.a)) + 0 * g
+
+    class Derivative(mp.Function):          # d/da of log(1+e^a) mistaken for 1/(1+e^a)
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            return g / (1 + np.exp(self.a))
+
+    return [ForgotChainRule, Derivative]
+
+
+def _w12():
+    return [lambda x0: 2 * np.asarray(x0), lambda x0: np.full_like(np.asarray(x0), 3.0),
+            lambda x0: 2 * np.asarray(x0) * 3]
+
+
+def _w21():
+    from minips.kernels import conv as kconv
+
+    def no_transpose(x, w, b, stride, padding):      # wrong axis order
+        g = kconv.geometry(x.shape, w.shape, stride, padding)
+        y2 = w.reshape(g.K, -1) @ kconv.im2col(x, g)
+        return y2.reshape(g.N, g.K, g.P, g.Q) + b[None, :, None, None]
+
+    def no_bias(x, w, b, stride, padding):
+        g = kconv.geometry(x.shape, w.shape, stride, padding)
+        y2 = w.reshape(g.K, -1) @ kconv.im2col(x, g)
+        return y2.reshape(g.K, g.N, g.P, g.Q).transpose(1, 0, 2, 3)
+    return [no_transpose, no_bias]
+
+
+def _w22():
+    def no_biases(c_in, size, classes, widths, hidden):
+        H, W = size
+        c1, c2 = widths
+        return c1 * c_in * 9 + c2 * c1 * 9 + c2 * (H // 4) * (W // 4) * hidden + hidden * classes
+
+    def no_pooling(c_in, size, classes, widths, hidden):
+        H, W = size
+        c1, c2 = widths
+        return c1 * c_in * 9 + c1 + c2 * c1 * 9 + c2 + c2 * H * W * hidden + hidden + hidden * classes + classes
+    return [no_biases, no_pooling]
+
+
+def _w31():
+    import minips as mp
+
+    def no_eval(model, x, y, batch_size=500):          # Dropout still active
+        with mp.no_grad():
+            return float(np.mean([int(model(mp.Tensor(x[i:i + 1])).data.argmax() == y[i]) for i in range(len(x))]))
+
+    def stays_in_eval(model, x, y, batch_size=500):
+        model.eval()
+        with mp.no_grad():
+            return float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
+
+    def drops_last_batch(model, x, y, batch_size=500):
+        model.eval()
+        correct = n = 0
+        with mp.no_grad():
+            for i in range(0, len(x) - batch_size + 1, batch_size):
+                correct += int((model(mp.Tensor(x[i:i + batch_size])).data.argmax(1) == y[i:i + batch_size]).sum())
+                n += batch_size
+        model.train()
+        return correct / n
+    return [no_eval, stays_in_eval, drops_last_batch]
+
+
+def _w32():
+    def no_momentum(w, d, v, lr, mu):
+        return w - lr * d, d
+
+    def scaled_by_mu(w, d, v, lr, mu):          # w - lr*mu*v instead of w - lr*v
+        v = d.copy() if v is None else mu * v + d
+        return w - lr * mu * v, v
+
+    def nesterov(w, d, v, lr, mu):
+        v = d.copy() if v is None else mu * v + d
+        return w - lr * (d + mu * v), v
+    return [no_momentum, scaled_by_mu, nesterov]
+
+
+def _w41():
+    def the_sum(comm, x):
+        out = x.copy()
+        comm.allreduce(out)
+        return out
+
+    def in_place(comm, x):
+        comm.allreduce(x)
+        x /= comm.size
+        return x
+    return [the_sum, in_place]
+
+
+def _w42():
+    def blocking(comm, buf, chunks):
+        comm.allreduce(buf)
+        for c in chunks:
+            c()
+        return comm.iallreduce(buf[:0].copy())  # a dummy request
+
+    def work_first(comm, buf, chunks):
+        for c in chunks:
+            c()
+        req = comm.iallreduce(buf)
+        req.wait()
+        return req
+
+    def no_progress(comm, buf, chunks):
+        req = comm.iallreduce(buf)
+        for c in chunks:
+            c()
+        req.wait()
+        return req
+    return [blocking, work_first, no_progress]
+
+
+def _w51():
+    def no_mean(comm, grad, weights, optimizer):
+        comm.allreduce(grad)
+        optimizer.apply(0, weights, grad)
+
+    def local_only(comm, grad, weights, optimizer):
+        optimizer.apply(0, weights, grad)
+    return [no_mean, local_only]
+
+
+def _w52():
+    def no_factor_two(nbytes, P, alpha, beta):
+        return (P - 1) * alpha + (P - 1) / P * nbytes * beta if P > 1 else 0.0
+
+    def naive(nbytes, P, alpha, beta):          # a tree/gather view: P full messages
+        return P * (alpha + nbytes * beta) if P > 1 else 0.0
+    return [no_factor_two, naive]
+
+
+def _w61():
+    def forward_order(sizes, bucket_mb):
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        buckets, cur, nb = [], [], 0
+        for i in range(len(sizes)):
+            cur.append(i)
+            nb += 4 * sizes[i]
+            if nb >= limit:
+                buckets.append(cur)
+                cur, nb = [], 0
+        return buckets + ([cur] if cur else [])
+
+    def elements_not_bytes(sizes, bucket_mb):
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        buckets, cur, n = [], [], 0
+        for i in reversed(range(len(sizes))):
+            cur.append(i)
+            n += sizes[i]
+            if n >= limit:
+                buckets.append(cur)
+                cur, n = [], 0
+        return buckets + ([cur] if cur else [])
+    return [forward_order, elements_not_bytes]
+
+
+def _w62():
+    def registration_reversed(model, batch):
+        return [n for n, _ in reversed(list(model.named_parameters()))]
+
+    def keeps_hooks(model, batch):
+        order = []
+        for n, p in model.named_parameters():
+            p.register_grad_hook(lambda t, n=n: order.append(n))
+        model.loss(batch).backward()
+        return order
+    return [registration_reversed, keeps_hooks]
+
+
+def _w71():
+    from collections import deque
+
+    def fresh(grad_fn, w0, k, lr, momentum, steps):          # ignores the staleness
+        w, v = np.array(w0, np.float32), None
+        for t in range(steps):
+            g = grad_fn(w, t)
+            v = g.copy() if v is None else momentum * v + g
+            w = w - lr * v
+        return w
+
+    def off_by_one(grad_fn, w0, k, lr, momentum, steps):     # applies g_{t-k+1}
+        w, v, q = np.array(w0, np.float32), None, deque()
+        for t in range(steps):
+            q.append(grad_fn(w, t))
+            if len(q) >= k:
+                g = q.popleft()
+                v = g.copy() if v is None else momentum * v + g
+                w = w - lr * v
+        return w
+
+    def no_momentum(grad_fn, w0, k, lr, momentum, steps):
+        w, q = np.array(w0, np.float32), deque()
+        for t in range(steps):
+            q.append(grad_fn(w, t))
+            if len(q) > k:
+                w = w - lr * q.popleft()
+        return w
+    return [fresh, off_by_one, no_momentum]
+
+
+def _w72():
+    return [lambda tc, tm, algo: tc + tm,
+            lambda tc, tm, algo: tc + tm if algo == "sync" else tc,
+            lambda tc, tm, algo: max(tc, tm) if algo == "sync" else min(tc, tm)]
+
+
+def _w81():
+    from minips.dist.algorithms.predictors import Predictor
+
+    class Swapped(Predictor):                 # alpha on the old value
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            self.S = G.copy() if self.S is None else (1 - self.alpha) * G + self.alpha * self.S
+            return self.S.astype(np.float32)
+
+    class Aliased(Predictor):                 # returns its state and updates it in place
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.S is None:
+                self.S = G.astype(np.float32)
+            else:
+                self.S *= (1 - self.alpha)
+                self.S += self.alpha * G
+            return self.S
+    return [Swapped, Aliased]
+
+
+def _w82():
+    from minips.dist.algorithms.predictors import Predictor
+
+    class NoTrend(Predictor):
+        def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+            super().__init__(staleness)
+            self.alpha, self.beta, self.L, self.B = alpha, beta, None, None
+
+        def forecast(self, G, w_now, w_then):
+            self.L = G.copy() if self.L is None else self.alpha * G + (1 - self.alpha) * self.L
+            return self.L.astype(np.float32)
+
+    class OneStepAhead(Predictor):             # forecasts L + B instead of L + k*B
+        def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+            super().__init__(staleness)
+            self.alpha, self.beta, self.L, self.B = alpha, beta, None, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.L is None:
+                self.L, self.B = G.copy(), np.zeros_like(G)
+            else:
+                Lp = self.L
+                self.L = self.alpha * G + (1 - self.alpha) * (Lp + self.B)
+                self.B = self.beta * (self.L - Lp) + (1 - self.beta) * self.B
+            return (self.L + self.B).astype(np.float32)
+    return [NoTrend, OneStepAhead]
+
+
+def _w101():
+    def absolute(nbytes, seconds, P):          # unweighted least squares
+        n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+        A = np.stack([np.full_like(n, 2 * (P - 1)), 2 * (P - 1) / P * n], axis=1)
+        (a, b), *_ = np.linalg.lstsq(A, t, rcond=None)
+        return max(0.0, a), max(0.0, b)
+
+    def no_ring_factors(nbytes, seconds, P):   # fits t = alpha + n beta
+        n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+        A = np.stack([np.ones_like(n), n], axis=1)
+        (a, b), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
+        return max(0.0, a), max(0.0, b)
+    return [absolute, no_ring_factors]
+
+
+def _w102():
+    from minips.dist.costmodel import ring_allreduce_time
+
+    def inverted(tc, n, P, a, b, algo):
+        T = ring_allreduce_time(n, P, a, b)
+        return (tc + T) / tc if algo == "sync" else max(tc, T) / tc
+
+    def pseudo_is_free(tc, n, P, a, b, algo):
+        T = ring_allreduce_time(n, P, a, b)
+        return tc / (tc + T) if algo == "sync" else 1.0
+    return [inverted, pseudo_is_free]
+
+
+def _w91():
+    from minips.captioning import VOCAB
+
+    def no_bos(text, length):
+        ids = [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()] + [VOCAB.EOS]
+        return np.array(ids + [VOCAB.PAD] * (length - len(ids)), np.int64)
+
+    def pads_with_eos(text, length):
+        ids = [VOCAB.BOS] + [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()]
+        return np.array(ids + [VOCAB.EOS] * (length - len(ids)), np.int64)
+    return [no_bos, pads_with_eos]
+
+
+def _w92():
+    def counts_padding(logits, targets, pad_id):
+        z = logits - logits.max(axis=-1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+        return float(-(picked * (targets != pad_id)).sum() / targets.size)
+
+    def unstable(logits, targets, pad_id):
+        p = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+        picked = np.take_along_axis(np.log(p), targets[..., None], axis=-1)[..., 0]
+        real = targets != pad_id
+        return float(-(picked * real).sum() / real.sum())
+    return [counts_padding, unstable]
+
+
+WRONG = {
+    "1.1": _w11, "1.2": _w12,
+    "2.1": _w21, "2.2": _w22,
+    "3.1": _w31, "3.2": _w32,
+    "4.1": _w41, "4.2": _w42,
+    "5.1": _w51, "5.2": _w52,
+    "6.1": _w61, "6.2": _w62,
+    "7.1": _w71, "7.2": _w72,
+    "8.1": _w81, "8.2": _w82,
+    "9.1": _w91, "9.2": _w92,
+    "10.1": _w101, "10.2": _w102,
+}

@@ -1,0 +1,395 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Step 8: The adaptive exponential-smoothing predictor
+#
+# **What you will learn**
+#
+# - what a gradient **predictor** does in pseudo-synchronous SGD: turn the stale averaged
+#   gradient `G_{t-k}` into a forecast of the gradient at the *current* weights;
+# - the three "exponential smoothing" readings, built one after the other: `last` (no
+#   forecast), `ema` (simple exponential smoothing) and `holt` (level + trend), and why
+#   smoothing the gradient history alone does not help;
+# - the headline predictor, **AESP** (`adaptive`): a first-order correction
+#   `G_{t-k} + lambda_t * h * (w_t - w_{t-k})` with a smoothed curvature `h` and an adaptive
+#   confidence `lambda_t`; and how to watch `lambda_t` and the forecast error as it trains.
+#
+# A note on names: the task that asked for this tutorial calls the adaptive coefficient
+# `alpha_t`; in minips' code and docs it is **`lambda`** (`AdaptivePredictor.lam`, logged as
+# `lambda` in `trace.csv`). We use the code's name. The method is *our* formulation of the
+# seed paper's predictor (Wen et al., IJPP 2024, whose exact formulas are not available);
+# `docs/distributed.md` documents it.
+#
+# **Runs in**: one process (it launches `mpiexec -n 2` itself for the last section), about
+# 2-3 minutes. **Files to read alongside**: `minips/dist/algorithms/predictors.py`,
+# `minips/dist/staleness_lab.py`.
+
+# %%
+import inspect
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from _common import FAST, exercise, mpiexec, out_dir, pick, show
+from minips.dist.algorithms.predictors import (AdaptivePredictor, LastPredictor, Predictor, make_predictor)
+from minips.dist.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
+
+OUT = out_dir("08")
+
+# %% [markdown]
+# ## 1. The predictor interface
+#
+# `PseudoSyncSGD.step` (step 7) calls `d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})`.
+# The base class `Predictor.predict` does the bookkeeping common to all predictors: it
+# remembers each forecast until the true gradient for that step arrives (k steps later) and
+# then scores it (`_score_arrival`), then asks the subclass for the new forecast
+# (`forecast`). The scores, logged every step:
+#
+# - `cos_forecast`: cosine between the forecast made for step j and the `G_j` that later
+#   arrived (1 = right direction);
+# - `rel_error`: `||F_j - G_j|| / ||G_{j-k} - G_j||`, the forecast's error relative to the
+#   naive stale gradient's (below 1 = better than doing nothing).
+
+# %%
+print(inspect.getsource(Predictor.predict))
+print(inspect.getsource(Predictor._score_arrival))
+
+# %% [markdown]
+# ## 2. The laboratory, and `last`
+#
+# As in step 7 we use the least-squares laboratory, here in the setting of `DESIGN.md`'s
+# check: d = 200, condition number 1,000, an **axis-aligned** Hessian (`rotate=False`),
+# batch 32, heavy-ball momentum 0.9, learning rate 0.08, staleness k = 2. Sync SGD is
+# comfortable there; the naive stale update (`last`) diverges.
+
+# %%
+problem = LeastSquares(rotate=False)
+LR, K = 0.08, 2
+steps = pick(1500, 400)
+runs = {"sync": run_stale_sgd(problem, staleness=0, lr=LR, steps=steps, record_every=5),
+        "last": run_stale_sgd(problem, "last", staleness=K, lr=LR, steps=steps, record_every=5)}
+for name, r in runs.items():
+    print(f"{name:10s} final loss {r['final_loss']:.4g}" + ("  DIVERGED" if r["diverged"] else ""))
+
+
+# %% [markdown]
+# ## 3. Exponential smoothing of the arrivals: `ema`
+#
+# The literal reading of "an exponential-smoothing gradient predictor" is to smooth the
+# sequence of arriving gradients (Brown 1956):
+#
+# `S_t = alpha * G_{t-k} + (1 - alpha) * S_{t-1}`, `d_t = S_t` (and `S = G` at the first arrival).
+#
+# ## Exercise 8.1: write it
+#
+# Complete `MyEMA.forecast(G, w_now, w_then)`: keep the smoothed value in `self.S` (None
+# before the first arrival) and return it as a new float32 array. The check feeds your
+# predictor and minips' `EMAPredictor` the same arrivals and compares the forecasts.
+
+# %%
+class MyEMA(Predictor):
+    name = "my-ema"
+
+    def __init__(self, staleness=1, alpha=0.5):
+        super().__init__(staleness)
+        self.alpha = alpha
+        self.S = None
+
+    def forecast(self, G, w_now, w_then):
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+
+# %%
+MyEMA = exercise("8.1", MyEMA)
+runs["ema"] = run_stale_sgd(problem, MyEMA(K, alpha=0.5), staleness=K, lr=LR, steps=steps, record_every=5)
+print(f"ema (yours) final loss {runs['ema']['final_loss']:.4g}" + ("  DIVERGED" if runs["ema"]["diverged"] else ""))
+
+
+# %% [markdown]
+# ## 4. Level and trend: `holt`
+#
+# Smoothing averages out noise but adds **lag**: `S_t` is a mix of old gradients, even
+# older than `G_{t-k}`. Holt's linear method (Holt 1957) also tracks a trend and forecasts
+# k steps ahead:
+#
+# ```
+# L_t = alpha * G_{t-k} + (1 - alpha) * (L_{t-1} + B_{t-1})      level
+# B_t = beta * (L_t - L_{t-1}) + (1 - beta) * B_{t-1}            trend
+# d_t = L_t + k * B_t                                            forecast k steps ahead
+# ```
+#
+# with `L = G`, `B = 0` at the first arrival.
+#
+# ## Exercise 8.2: write it
+#
+# Complete `MyHolt.forecast`, keeping `self.L` and `self.B` (`self.k` is the staleness).
+
+# %%
+class MyHolt(Predictor):
+    name = "my-holt"
+
+    def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+        super().__init__(staleness)
+        self.alpha, self.beta = alpha, beta
+        self.L = self.B = None
+
+    def forecast(self, G, w_now, w_then):
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+
+# %%
+MyHolt = exercise("8.2", MyHolt)
+runs["holt"] = run_stale_sgd(problem, MyHolt(K), staleness=K, lr=LR, steps=steps, record_every=5)
+print(f"holt (yours) final loss {runs['holt']['final_loss']:.4g}" + ("  DIVERGED" if runs["holt"]["diverged"] else ""))
+
+# %% [markdown]
+# Both diverge here, like `last`. The reason is visible in one coordinate. We follow a
+# stable stale run (lr 0.05, k = 2, full-batch gradients so there is no noise to hide
+# behind) and, at every step, compare what each predictor would forecast with the true
+# gradient at the current weights. We record the inputs of every `predict` call with a
+# small subclass, then replay them into fresh predictors.
+
+# %%
+full = np.arange(problem.m)
+
+
+def grad_full(w, t):
+    return problem.grad(w, full)
+
+
+class Recorder(LastPredictor):
+    """`last`, but keeps (G_{t-k}, w_t, w_{t-k}) of every call."""
+
+    def __init__(self, k):
+        super().__init__(k)
+        self.calls = []
+
+    def forecast(self, G, w_now, w_then):
+        self.calls.append((G.copy(), w_now.copy(), w_then.copy()))
+        return super().forecast(G, w_now, w_then)
+
+
+rec = Recorder(K)
+simulate_stale_sgd(grad_full, np.zeros(problem.d, np.float32), rec, staleness=K, lr=0.05, steps=120)
+truth = np.array([grad_full(w_now, 0) for _, w_now, _ in rec.calls])      # G at the current weights
+forecasts = {"last (stale G)": np.array([G for G, _, _ in rec.calls])}
+for name, pred in (("ema", MyEMA(K)), ("holt", MyHolt(K)), ("adaptive", make_predictor("adaptive", K))):
+    forecasts[name] = np.array([pred.predict(G, wn, wt) for G, wn, wt in rec.calls])
+
+coord = 0  # the stiffest direction (eigenvalue 1): it oscillates most
+fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+a.plot(truth[:, coord], "k-", lw=2, label="true gradient at w_t")
+for name, F in forecasts.items():
+    a.plot(F[:, coord], "--" if name != "adaptive" else "-", label=name)
+a.set_xlabel("step")
+a.set_ylabel(f"gradient, coordinate {coord}")
+a.set_title(f"forecasts of the current gradient (k = {K}, full batch)")
+a.legend(fontsize=8)
+for name, F in forecasts.items():
+    err = np.linalg.norm(F - truth, axis=1) / np.maximum(np.linalg.norm(truth, axis=1), 1e-12)
+    b.semilogy(err, label=name)
+b.set_xlabel("step")
+b.set_ylabel("||forecast - true|| / ||true||")
+b.set_title("relative forecast error, all coordinates")
+b.legend(fontsize=8)
+show(fig, OUT / "forecasts.png")
+
+# %% [markdown]
+# The stale gradient lags the truth by k steps; `ema` lags further; `holt`'s trend reacts
+# but overshoots at every turn. None of them can know *how far the weights moved* since the
+# gradient was computed. Under momentum the weights move a lot in k steps, and the gradient
+# history alone does not say how much. The forecast needs the weights: the red curve
+# (`adaptive`, next section) uses them, and its error is ten times smaller.
+#
+# ## 5. The adaptive predictor (AESP): correct with the weights
+#
+# For a smooth loss, `G(w_t) ~ G(w_{t-k}) + H (w_t - w_{t-k})` (first-order Taylor), with `H`
+# the Hessian. Both weights are known on every rank (they are the replicated weights), so
+# the only unknown is `H`. AESP estimates its diagonal `h` by **exponential smoothing of
+# secants** between consecutive arrivals (`_update_curvature`:
+# `Sgw = rho Sgw + (1-rho) dG*dw`, `Sww = rho Sww + (1-rho) dw*dw`, `h = clip(Sgw/Sww, 0, h_max)`),
+# and scales the correction by a **confidence** `lambda_t` in [0, 1]:
+#
+# `F_t = G_{t-k} + lambda_t * h * (w_t - w_{t-k})`.
+#
+# `lambda_t` adapts: when the true `G_j` arrives, minips regresses what the naive forecast
+# missed, `a_j = G_j - G_{j-k}`, on the correction it applied, `c_j = h (w_j - w_{j-k})`,
+# with exponentially smoothed sums (`_update_confidence`). If the corrections explained the
+# changes, `lambda -> 1`; if they were noise, `lambda -> 0` and AESP falls back to `last`.
+
+# %%
+print(inspect.getsource(AdaptivePredictor.forecast))
+print(inspect.getsource(AdaptivePredictor._update_confidence))
+
+# %% [markdown]
+# Notice the order in `forecast`: the correction uses the curvature from *before* `G` is
+# folded in (`_update_curvature` comes after). `docs/distributed.md` ("A correction to the
+# spec") tells how an experiment forced that: with the other order, the minibatch noise of
+# `G` appears in both `a` and `c` with opposite signs and drags `lambda` to 0.
+#
+# We build it up in two stages on the laboratory: first the correction with full
+# confidence (`adapt_lambda=False`, `lambda = 1`), then the adaptive confidence; plus
+# `lookahead`, which predicts the *weights* instead (SpecTrain; see
+# `LookaheadPredictor`).
+
+# %%
+runs["adaptive, lambda = 1"] = run_stale_sgd(problem, "adaptive", staleness=K, lr=LR, steps=steps, record_every=5,
+                                             predictor_options={"adapt_lambda": False})
+runs["adaptive"] = run_stale_sgd(problem, "adaptive", staleness=K, lr=LR, steps=steps, record_every=1)
+runs["lookahead"] = run_stale_sgd(problem, "lookahead", staleness=K, lr=LR, steps=steps, record_every=5)
+for name, r in runs.items():
+    print(f"{name:22s} final loss {r['final_loss']:.4g}" + ("  DIVERGED" if r["diverged"] else ""))
+
+diag = runs["adaptive"]["diagnostics"]
+lam = [d.get("lambda", np.nan) for d in diag]
+rel = [d.get("rel_error", np.nan) for d in diag]
+cos = [d.get("cos_forecast", np.nan) for d in diag]
+fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+for name, r in runs.items():
+    every = 1 if name == "adaptive" else 5
+    axes[0].semilogy(np.arange(len(r["loss"])) * every, r["loss"], label=name)
+axes[0].set_ylim(top=1e3)
+axes[0].set_xlabel("step")
+axes[0].set_ylabel("full-data loss")
+axes[0].set_title(f"lr {LR}, k = {K}, axis-aligned Hessian")
+axes[0].legend(fontsize=8)
+axes[1].plot(lam, label="lambda_t (confidence)")
+axes[1].set_ylim(-0.05, 1.05)
+axes[1].set_xlabel("step")
+axes[1].set_title("adaptive: lambda_t")
+axes[2].plot(np.convolve(rel, np.ones(20) / 20, mode="valid"), label="rel_error (20-step mean)")
+axes[2].plot(np.convolve(cos, np.ones(20) / 20, mode="valid"), label="cos_forecast (20-step mean)")
+axes[2].axhline(1, color="gray", ls=":")
+axes[2].set_xlabel("step")
+axes[2].set_title("adaptive: forecast quality (minibatch noise)")
+axes[2].legend(fontsize=8)
+show(fig, OUT / "predictors_lab.png")
+
+# %% [markdown]
+# What to read in it:
+#
+# - `last`, `ema` and `holt` diverge; the curvature-corrected forecast converges, with
+#   `lambda = 1` close to sync SGD.
+# - With the adaptive confidence, `lambda_t` first collapses (the first corrections are
+#   made with a curvature estimated from a handful of secants and explain little of the
+#   change), so at first AESP behaves like `last` and the loss climbs; as `h` becomes
+#   reliable `lambda_t` recovers and settles well below 1: the regression also sees the
+#   minibatch noise in `h` and stays cautious. That costs accuracy here, where the diagonal
+#   curvature is exact, and helps where it is not (a rotated Hessian;
+#   `docs/distributed.md` has the full table: `python -m minips.dist.staleness_lab`).
+# - `rel_error` stays near 1 and `cos_forecast` well below 1 with minibatch gradients:
+#   `G_j - G_{j-k}` is mostly *sampling noise* between two different batches, which no
+#   forecast can predict. The full-batch forecast error in the previous figure shows what the
+#   correction achieves when the noise is gone.
+#
+# Try it: change `rho`, `h_max` or `lambda0` through `predictor_options` (they are the
+# keyword arguments of `AdaptivePredictor`), or use `LeastSquares(rotate=True)`.
+#
+# ## 6. On a real network: `compare`
+#
+# Finally the ConvNet on 2 ranks, one epoch, staleness k = 2 to make the stale gradient
+# matter, emulated 1 GbE. `python -m minips compare` trains each algorithm one after the
+# other on the same seed and data, and writes a table, `compare.json` and figures
+# (`trace.png` plots `lambda` and `cos_forecast` from each run's `trace.csv`).
+
+# %%
+cmp_dir = OUT / "compare"
+fast_args = ["--max-steps", "8"] if FAST else []
+mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
+            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir, "--quiet",
+            *fast_args])
+
+# %% [markdown]
+# Predictor options reach the command line through a TOML configuration file, in a
+# `[predictor_options]` table (`minips/train.py::load_config`; its top-level keys are the
+# long flag names, here a `label` for the tables). One more run: AESP that
+# starts with **no** confidence (`lambda0 = 0`, i.e. it behaves like `last` until the
+# regression has evidence that its corrections help), instead of the default full
+# confidence (`lambda0 = 1`).
+
+# %%
+config = OUT / "aesp_lambda0.toml"
+config.write_text('label = "pseudo-sync:adaptive:2, lambda0=0"\n\n[predictor_options]\nlambda0 = 0.0\n')
+print(config.read_text())
+l0_dir = OUT / "adaptive-lambda0"
+mpiexec(2, ["-m", "minips", "train", "--config", config, "--model", "convnet", "--epochs", "1", "--network", "1gbe",
+            "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l0_dir, "--quiet",
+            *fast_args], quiet=True)
+
+# %%
+import csv  # noqa: E402
+
+summaries = json.loads((cmp_dir / "compare.json").read_text())
+summaries.append(json.loads((l0_dir / "summary.json").read_text()))
+
+
+def trace_column(run_dir, key):
+    with open(run_dir / "trace.csv") as f:
+        return [float(r[key]) for r in csv.DictReader(f) if r.get(key)]
+
+
+fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+a.barh([s["label"] for s in summaries], [s["test_accuracy"] for s in summaries],
+       color=["#4C72B0", "#C44E52", "#55A868", "#8172B2"][-len(summaries):])
+a.invert_yaxis()
+a.set_xlim(0, 1)
+a.set_xlabel("test accuracy after 1 epoch")
+a.set_title("ConvNet, 2 ranks, EMULATED 1 GbE")
+for run_dir, name in ((cmp_dir / "pseudo-sync-adaptive-2", "lambda0 = 1 (default)"), (l0_dir, "lambda0 = 0")):
+    b.plot(trace_column(run_dir, "lambda"), label=f"lambda_t, {name}")
+b.set_xlabel("step")
+b.set_ylim(-0.05, 1.05)
+b.set_title("AESP's confidence on the ConvNet (k = 2)")
+b.legend(fontsize=8)
+show(fig, OUT / "real_network.png")
+
+acc = {s["label"]: s["test_accuracy"] for s in summaries}
+lam = trace_column(cmp_dir / "pseudo-sync-adaptive-2", "lambda")
+for label, value in acc.items():
+    print(f"{label:36s} test accuracy {value:.3f}")
+print(f"lambda_t of the default AESP: {lam[0]:.2f} at the first arrival, {lam[min(10, len(lam) - 1)]:.2f} "
+      f"ten arrivals later, {lam[-1]:.2f} at the end")
+better = acc["pseudo-sync:adaptive:2"] > acc["pseudo-sync:last:2"]
+print("here AESP (default) did " + ("better" if better else "WORSE") + " than `last`.")
+
+# %% [markdown]
+# How to read your run (and what we saw when writing this step):
+#
+# - `lambda_t` is the predictor telling you how much of the gradient's change its
+#   corrections explained. On the ConvNet it falls within a few steps and stays low: a
+#   per-coordinate, smoothed secant is a crude model of a real network's curvature,
+#   measured through minibatch noise.
+# - The first corrections are applied *before* that evidence exists: with the default
+#   `lambda0 = 1`, a curvature estimated from one or two secants is trusted fully. When we
+#   wrote this step, those first steps cost a lot: the default AESP ended the epoch well
+#   *below* `last`, while `lambda0 = 0` ended slightly above it. Your numbers will differ
+#   (machine, versions), so read the printout above.
+# - So the laboratory's lesson transfers only partly: the correction is the right idea,
+#   how much to trust it early is an open question. This is the kind of experiment minips
+#   is for: change one option, rerun `compare`, read `trace.csv`. `docs/distributed.md`
+#   (the living spec) and `docs/results.md` record what the project concluded.
+#
+# ## What you saw
+#
+# - A predictor maps the stale `G_{t-k}` (and the weights) to the update direction; every
+#   rank computes the same one, so replicas stay identical.
+# - Smoothing the gradient history (`ema`, `holt`) adds lag on top of momentum; it does not
+#   rescue a stale run.
+# - AESP corrects with the weights' displacement and a smoothed curvature, and trusts that
+#   correction by an adaptively estimated `lambda_t`, which you can watch in `trace.csv`.
+#
+# **Next**: step 9 trains a video-captioning model (CNN + LSTM) with these algorithms;
+# step 10 asks how all this scales to many nodes.

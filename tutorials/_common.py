@@ -1,0 +1,292 @@
+"""Helpers shared by the tutorials (they are not part of minips).
+
+You do not need to read this file to follow the tutorials; it only handles
+the chores that every step shares:
+
+- **Fast mode.** ``MINIPS_TUTORIAL_FAST=1`` shrinks data sets, epochs and
+  step counts so that a step runs in seconds (the tests use it). Numbers and
+  figures in fast mode are not meaningful; read the normal-mode ones.
+- **Exercises.** Each exercise cell holds a placeholder that raises
+  ``NotImplementedError``. The next cell calls :func:`exercise`, which runs the
+  exercise's check (in ``tutorials/checks.py``) on your answer and says whether
+  it is right. If you have not done the exercise yet, it stops and tells you
+  so, unless ``MINIPS_TUTORIAL_SOLUTIONS=1`` (on by default in fast mode): then
+  it uses the reference solution from ``tutorials/solutions/`` so the rest of
+  the step can run.
+- **Outputs.** Every step writes its runs and figures under
+  ``runs/tutorials/<step>/`` in the repository (``MINIPS_TUTORIAL_OUT``
+  changes the root). :func:`show` saves a figure there as a PNG and, inside
+  Jupyter, also displays it.
+- **MPI.** :func:`mpi_setup` returns the communicator and makes an error on
+  any rank end the whole job (instead of leaving the other ranks waiting
+  forever); :func:`say` prints on rank 0 only; :func:`mpiexec` runs a command
+  on N processes from a one-process step.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _flag(name: str, default: bool = False) -> bool:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    return v.lower() not in ("0", "false", "no", "off")
+
+
+#: True when MINIPS_TUTORIAL_FAST=1: small data, few steps (for tests).
+FAST = _flag("MINIPS_TUTORIAL_FAST")
+#: True when unsolved exercises fall back to the reference solutions.
+SOLUTIONS = _flag("MINIPS_TUTORIAL_SOLUTIONS", default=FAST)
+#: True inside Jupyter (an IPython kernel), False when run as a script.
+IN_NOTEBOOK = "ipykernel" in sys.modules
+
+if not IN_NOTEBOOK:
+    import matplotlib
+
+    matplotlib.use("Agg")  # scripts write PNG files; no screen needed
+
+_THREAD_VARS = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_threadpool_limit = None
+
+
+def _one_thread_on_a_busy_machine() -> None:
+    """On a machine whose cores are already busy, use one Numba/BLAS thread per process.
+
+    A parallel kernel waits for its slowest thread; when other programs occupy the cores,
+    a descheduled thread makes every kernel wait for the scheduler, and a step can take
+    10-100x longer (step 2 measures it; docs/kernels.md, "Threads"). Nothing is changed
+    if you set any of the thread variables yourself, or under mpiexec with a rank per core.
+    """
+    global _threadpool_limit
+    if any(os.environ.get(v) for v in _THREAD_VARS) or not hasattr(os, "getloadavg"):
+        return
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    ranks_here = int(os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
+    load = os.getloadavg()[0]
+    if cores // ranks_here <= 1 or load < cores:
+        return
+    for v in _THREAD_VARS:
+        os.environ[v] = "1"           # for this process (minips reads it) and the commands it starts
+    if "numba" in sys.modules:
+        sys.modules["numba"].set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+        _threadpool_limit = threadpool_limits(1)
+    except ImportError:
+        pass
+    print(f"[tutorials] this machine looks busy (load average {load:.1f} on {cores} cores): using one "
+          "Numba/BLAS thread per process, which is much faster here (step 2 shows why). "
+          "Set NUMBA_NUM_THREADS yourself to choose.", flush=True)
+
+
+_one_thread_on_a_busy_machine()
+
+
+def pick(normal, fast):
+    """``normal`` in normal mode, ``fast`` in fast mode (MINIPS_TUTORIAL_FAST=1)."""
+    return fast if FAST else normal
+
+
+# --- MPI -------------------------------------------------------------------------------
+_comm = None
+
+
+def mpi_setup(network=None, progress: str = "poll"):
+    """The world communicator (:func:`minips.dist.comm.get_comm`).
+
+    Under ``mpiexec``, an uncaught exception on any rank prints its traceback
+    and aborts every rank, so a failing check never leaves the others hanging.
+    """
+    global _comm
+    from minips.dist.comm import abort_on_exception, get_comm
+
+    _comm = get_comm(network, progress)
+    if _comm.size > 1 and not IN_NOTEBOOK:
+        def hook(etype, value, tb):
+            sys.__excepthook__(etype, value, tb)
+            if not issubclass(etype, (KeyboardInterrupt, SystemExit)):
+                abort_on_exception(_comm, value)
+        sys.excepthook = hook
+    return _comm
+
+
+def rank() -> int:
+    return _comm.rank if _comm is not None else 0
+
+
+def say(*args, **kwargs) -> None:
+    """``print`` on rank 0 only (every rank runs the same script)."""
+    if rank() == 0:
+        print(*args, **kwargs, flush=True)
+
+
+def require_ranks(comm, n: int, script: str) -> None:
+    """Explain how to launch ``script`` if it runs on fewer than ``n`` ranks."""
+    if comm.size >= n:
+        return
+    say(f"NOTE: this step is an MPI program and is running on {comm.size} process(es); "
+        f"it is meant for {n}.\n      Run it as:  mpiexec -n {n} python tutorials/{script}"
+        + (f"\n      (in a notebook cell: !mpiexec -n {n} python {script})" if IN_NOTEBOOK else "")
+        + "\n      On one process every collective is trivial, but the step still runs.")
+
+
+def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: dict | None = None) -> str:
+    """Run ``mpiexec -n n python ARGS...`` from the repository root and return its output.
+
+    ``args`` are the arguments after ``python`` (e.g. ``["-m", "minips", "train", ...]``).
+    The command is printed first so you can copy it into a terminal.
+
+    Raises:
+        RuntimeError: the command failed (its output is in the message).
+    """
+    cmd = ["mpiexec", "-n", str(n), sys.executable, *map(str, args)]
+    shown = ["mpiexec", "-n", str(n), "python", *map(_shown, args)]
+    print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
+    e = dict(os.environ)
+    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
+        e.pop(var, None)  # a fresh job, not a child of ours
+    e.update(env or {})
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=e)
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise RuntimeError(f"the command failed with exit status {p.returncode}:\n{out}")
+    if not quiet:
+        print(out.rstrip())
+    print(f"(took {time.perf_counter() - t0:.1f} s)", flush=True)
+    return out
+
+
+def _shown(a) -> str:
+    """An argument as a student would type it: paths relative to the repository root."""
+    return _rel(a) if isinstance(a, Path) else str(a)
+
+
+def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict | None = None) -> str:
+    """Run ``python -m minips ARGS...`` in one process (printed first, like :func:`mpiexec`),
+    with extra environment variables ``env`` (shown before the command)."""
+    shown = [*(f"{k}={v}" for k, v in (env or {}).items()), "python", "-m", "minips", *map(_shown, args)]
+    print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
+    t0 = time.perf_counter()
+    e = dict(os.environ)
+    e["MINIPS_MPI"] = "0"
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-m", "minips", *map(str, args)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout, env=e)
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise RuntimeError(f"the command failed with exit status {p.returncode}:\n{out}")
+    if not quiet:
+        print(out.rstrip())
+    print(f"(took {time.perf_counter() - t0:.1f} s)", flush=True)
+    return out
+
+
+# --- outputs and figures -------------------------------------------------------------------
+def out_dir(step: str) -> Path:
+    """``runs/tutorials/<step>`` (created), or ``$MINIPS_TUTORIAL_OUT/<step>``."""
+    root = Path(os.environ.get("MINIPS_TUTORIAL_OUT") or ROOT / "runs" / "tutorials")
+    d = root / step
+    if rank() == 0:
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def show(fig, path) -> Path:
+    """Save ``fig`` as a PNG at ``path``; display it too when running in Jupyter."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    if IN_NOTEBOOK:
+        from IPython.display import display
+        display(fig)
+    plt.close(fig)
+    print(f"[figure saved: {_rel(path)}]", flush=True)
+    return path
+
+
+def show_png(path) -> None:
+    """Display an existing PNG in Jupyter; print its path otherwise."""
+    if IN_NOTEBOOK:
+        from IPython.display import Image, display
+        display(Image(filename=str(path)))
+    print(f"[figure: {_rel(Path(path))}]", flush=True)
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+# --- exercises ---------------------------------------------------------------------------------
+class ExerciseNotDone(NotImplementedError):
+    """An exercise still holds its placeholder."""
+
+
+def solution(exercise_id: str):
+    """The reference answer to an exercise, from ``tutorials/solutions/<step>.py``."""
+    import checks
+
+    ex = checks.EXERCISES[exercise_id]
+    return getattr(load_solutions(ex.step), ex.name)
+
+
+def load_solutions(step: str):
+    """Import ``tutorials/solutions/<step>.py`` (file names start with digits,
+    so ``import`` cannot name them)."""
+    path = HERE / "solutions" / f"{step}.py"
+    mod_name = f"solutions_{step}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def exercise(exercise_id: str, answer, **context):
+    """Check your answer to exercise ``exercise_id``; returns the answer to use next.
+
+    Prints "correct" when the check passes. Raises ``AssertionError`` (with
+    what is wrong) when it fails, and :class:`ExerciseNotDone` while the
+    placeholder is still there, unless MINIPS_TUTORIAL_SOLUTIONS=1 (then the
+    reference solution is checked and returned instead).
+    """
+    import checks
+
+    ex = checks.EXERCISES[exercise_id]
+    try:
+        ex.check(answer, **context)
+    except NotImplementedError:
+        sol_file = f"tutorials/solutions/{ex.step}.py"
+        if not SOLUTIONS:
+            where = ("the cell above; then run both cells again" if IN_NOTEBOOK else
+                     f"tutorials/{ex.step}.py; then run the step again")
+            raise ExerciseNotDone(
+                f"Exercise {exercise_id} is not done yet: replace the `raise NotImplementedError` in "
+                f"`{ex.name}` with your code ({where}).\n"
+                f"To go on without it, set MINIPS_TUTORIAL_SOLUTIONS=1 (the reference answer in "
+                f"{sol_file} is then used).") from None
+        say(f"Exercise {exercise_id}: not done yet; using the reference solution ({sol_file}).")
+        answer = solution(exercise_id)
+        ex.check(answer, **context)
+    say(f"Exercise {exercise_id}: correct. {ex.praise}".rstrip())
+    return answer

@@ -1,0 +1,554 @@
+"""The checks of the tutorials' exercises.
+
+Each exercise is registered here under its number ("1.1", ...) with the step
+file it belongs to and the name of the answer (the same name in the step and
+in ``tutorials/solutions/<step>.py``). A check calls your answer, compares it
+with what minips itself computes, and raises ``AssertionError`` with a hint
+when it differs. ``tutorials/_common.py::exercise`` runs them; the tests run
+them on the reference solutions and on wrong answers (tests/test_tutorials.py).
+
+Reading a check before trying the exercise is allowed, but spoils the fun.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class Exercise:
+    step: str          # the step's file name without .py, e.g. "01_tensors_and_autograd"
+    name: str          # the answer's name in the step and in its solution file
+    check: Callable    # check(answer, **context): raises AssertionError if wrong
+    praise: str = ""   # printed after "correct."
+    mpi: bool = False  # the check needs several ranks to be meaningful
+
+
+#: exercise id -> Exercise
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool = False):
+    def deco(fn):
+        EXERCISES[exercise_id] = Exercise(step, name, fn, praise, mpi)
+        return fn
+    return deco
+
+
+def _close(got, want, what: str, rtol=1e-6, atol=1e-8, hint: str = ""):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}. {hint}".rstrip()
+    if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=False):
+        i = np.unravel_index(np.argmax(np.abs(got - want)), want.shape) if want.shape else ()
+        raise AssertionError(f"{what}: at index {tuple(int(v) for v in i)} got {got[i]!r}, expected "
+                             f"{want[i]!r}. {hint}".rstrip())
+
+
+# =============================================================================
+# Step 1: tensors and autograd
+# =============================================================================
+S01 = "01_tensors_and_autograd"
+
+
+@register("1.1", S01, "Softplus", "gradcheck agrees with your backward.")
+def check_softplus(Softplus):
+    import minips as mp
+    from minips.gradcheck import GradcheckError, gradcheck
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((3, 5)) * 3
+    a[0, 0], a[0, 1] = 40.0, -40.0   # large |a|: the derivative must reach its limits 1 and 0
+    try:
+        gradcheck(lambda t: Softplus.apply(t), [a])
+    except GradcheckError as e:
+        raise AssertionError(f"your backward disagrees with finite differences: {e}. "
+                             "Hint: d/da log(1 + e^a) = e^a / (1 + e^a), the logistic sigmoid of a; "
+                             "multiply by g.") from None
+    except NotImplementedError:
+        raise  # the placeholder is still there (NotImplementedError is a RuntimeError)
+    except RuntimeError as e:  # wrong shape, wrong number of outputs
+        raise AssertionError(f"autograd rejected your backward: {e}") from None
+    t = mp.tensor(np.array([0.0]), requires_grad=True)
+    Softplus.apply(t).sum().backward()
+    _close(t.grad, [0.5], "d softplus/da at a = 0", hint="it should be sigmoid(0) = 0.5")
+
+
+@register("1.2", S01, "predicted_grad", "gradients add up: 2*x from the first backward, 3 from the second.")
+def check_predicted_grad(predicted_grad):
+    import minips as mp
+
+    for seed in range(3):
+        x0 = np.random.default_rng(seed).standard_normal(4)
+        got = predicted_grad(x0.copy())
+        x = mp.tensor(x0, requires_grad=True)
+        (x * x).sum().backward()
+        (3 * x).sum().backward()
+        _close(got, x.grad, f"predicted x.grad for x0 = {np.round(x0, 3)}",
+               hint="Hint: the second backward adds to what the first one left in x.grad.")
+
+
+# =============================================================================
+# Step 2: layers and kernels
+# =============================================================================
+S02 = "02_layers_and_kernels"
+
+
+@register("2.1", S02, "conv2d_im2col", "that is how minips.kernels.conv.conv2d_forward works (plus a "
+          "direct path for thin inputs and a Numba kernel for the layout change).")
+def check_conv2d_im2col(conv2d_im2col):
+    from minips.kernels import reference as ref
+
+    rng = np.random.default_rng(21)
+    cases = [((1, 1, 4, 4), (1, 1, 3, 3), 1, 0), ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1),
+             ((3, 2, 9, 8), (5, 2, 3, 2), 2, 1), ((2, 4, 6, 6), (3, 4, 1, 1), (2, 1), (0, 0))]
+    for xs, ws, stride, pad in cases:
+        x = rng.standard_normal(xs)
+        w = rng.standard_normal(ws)
+        b = rng.standard_normal(ws[0])
+        want = ref.conv2d_forward(x, w, b, stride, pad)
+        got = conv2d_im2col(x, w, b, stride, pad)
+        _close(got, want, f"conv2d of x {xs}, w {ws}, stride {stride}, padding {pad}", rtol=1e-9, atol=1e-9,
+               hint="Hint: y2 = w.reshape(K, -1) @ cols has shape (K, N*P*Q); reshape it to (K, N, P, Q), "
+                    "move the N axis first, and add the bias per channel.")
+
+
+@register("2.2", S02, "convnet_num_parameters", "the first Linear layer's c2*(H/4)*(W/4)*hidden term dominates.")
+def check_convnet_num_parameters(convnet_num_parameters):
+    from minips.nn.conv import ConvNet
+
+    for args in [(1, (28, 28), 10, (32, 64), 128), (3, (32, 32), 10, (16, 32), 64),
+                 (1, (30, 22), 7, (8, 12), 20)]:
+        got = convnet_num_parameters(*args)
+        want = ConvNet(args[0], args[1], args[2], widths=args[3], hidden=args[4]).num_parameters()
+        assert got == want, (f"convnet_num_parameters{args} = {got}, but ConvNet{args} has {want} parameters. "
+                             "Hint: a KxCxRxS convolution has K*C*R*S weights and K biases; each 2x2 pooling "
+                             "halves H and W, rounding down.")
+
+
+# =============================================================================
+# Step 3: training
+# =============================================================================
+S03 = "03_train_a_convnet"
+
+
+@register("3.1", S03, "accuracy")
+def check_accuracy(accuracy):
+    import minips as mp
+    from minips import nn
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((230, 1, 4, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 230)
+    mp.random.seed(3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 3))
+    model.train()
+    model.eval()
+    with mp.no_grad():
+        want = float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
+    model.train()
+    got = accuracy(model, x, y, 100)   # 230 = 2 full batches + a short one
+    assert model.training, "the model is still in eval mode after accuracy(): call model.train() at the end"
+    assert got is not None, "accuracy() returned None; return the fraction of correct predictions"
+    got = float(got)
+    if abs(got - want) > 1e-9:
+        hint = ""
+        if 0 <= got <= 1 and abs(got - want) > 0.02:
+            hint = (" Hint: is Dropout still active? Call model.eval() before the forward passes. "
+                    "And are all batches counted, including the last short one?")
+        elif got > 1:
+            hint = " Hint: return a fraction (correct / total), not a count."
+        raise AssertionError(f"accuracy = {got}, expected {want}.{hint}")
+
+
+@register("3.2", S03, "sgd_momentum", "this is SGD.apply without weight decay and Nesterov.")
+def check_sgd_momentum(sgd_momentum):
+    from minips.optim import SGD
+
+    rng = np.random.default_rng(32)
+    w0 = rng.standard_normal(6).astype(np.float32)
+    ds = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
+
+    class P:  # a bare parameter for the optimizer
+        def __init__(self, a):
+            self.data, self.grad, self.shape, self.dtype = a, None, a.shape, a.dtype
+    w_ref = w0.copy()
+    opt = SGD([P(w_ref)], lr=0.1, momentum=0.9)
+    w, v = w0.copy(), None
+    for t, d in enumerate(ds):
+        opt.apply(0, w_ref, d)
+        out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), 0.1, 0.9)
+        assert isinstance(out, tuple) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
+        w, v = out
+        _close(w, w_ref, f"w after step {t + 1}", rtol=1e-5, atol=1e-6,
+               hint="Hint: v = mu*v + d (v = d on the first step), then w = w - lr*v." if t else
+               "Hint: on the first step SGD sets v = d, so w = w - lr*d.")
+        _close(v, opt.buffers[0], f"v after step {t + 1}", rtol=1e-5, atol=1e-6)
+
+
+# =============================================================================
+# Step 4: MPI basics (run under mpiexec -n 2: with one rank, a sum is the input)
+# =============================================================================
+S04 = "04_mpi_basics"
+
+
+@register("4.1", S04, "allreduce_mean", "that is the gradient averaging of step 5.", mpi=True)
+def check_allreduce_mean(allreduce_mean, comm):
+    rng = np.random.default_rng(41 + comm.rank)
+    x = (rng.standard_normal(7) * (comm.rank + 1)).astype(np.float32)
+    original = x.copy()
+    got = allreduce_mean(comm, x)
+    everyone = comm.allgather(original)
+    want = np.mean(np.stack(everyone), axis=0)
+    assert got is not None, "allreduce_mean returned None; return the mean array"
+    assert np.array_equal(x, original), ("allreduce_mean changed its input x; comm.allreduce works in place, "
+                                         "so allreduce a copy (x.copy())")
+    _close(got, want, f"mean over {comm.size} ranks (rank {comm.rank})", rtol=1e-5, atol=1e-6,
+           hint="Hint: allreduce gives the SUM; divide by comm.size.")
+
+
+class _SpyComm:
+    """Forwards to a Comm, recording when iallreduce was posted and counting progress calls."""
+
+    def __init__(self, comm):
+        self._c, self.posted_at, self.progress_calls, self.blocking_calls = comm, None, 0, 0
+
+    def iallreduce(self, buf, *a, **k):
+        import time
+        self.posted_at = time.perf_counter()
+        return self._c.iallreduce(buf, *a, **k)
+
+    def allreduce(self, buf, *a, **k):
+        self.blocking_calls += 1
+        return self._c.allreduce(buf, *a, **k)
+
+    def progress(self):
+        self.progress_calls += 1
+        return self._c.progress()
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+@register("4.2", S04, "overlapped", "posting first, then driving progress, is what the Trainer does every step.",
+          mpi=True)
+def check_overlapped(overlapped, comm):
+    import time
+
+    A = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    starts = []
+
+    def chunk():
+        starts.append(time.perf_counter())
+        A @ A
+
+    spy = _SpyComm(comm)
+    buf = np.full(50_000, comm.rank + 1.0, dtype=np.float32)
+    req = overlapped(spy, buf, [chunk] * 5)
+    if req is not None and not getattr(req, "done", True):
+        req.wait()  # keep the ranks in step before failing
+    comm.barrier()
+    assert spy.blocking_calls == 0, "use comm.iallreduce (nonblocking), not comm.allreduce"
+    assert spy.posted_at is not None, "comm.iallreduce was never called"
+    assert len(starts) == 5, f"each chunk must be called once; {len(starts)} calls for 5 chunks"
+    assert spy.posted_at <= starts[0], "post the Iallreduce BEFORE the work, so they overlap"
+    assert spy.progress_calls >= 4, (f"comm.progress() was called {spy.progress_calls} times during 5 chunks; "
+                                     "call it after each chunk so the allreduce advances")
+    assert req is not None and hasattr(req, "wait"), "return the Request that comm.iallreduce gave you"
+    assert req.done, "the request is not complete: call req.wait() before returning"
+    _close(buf, np.full_like(buf, comm.size * (comm.size + 1) / 2), "the buffer after the allreduce")
+
+
+# =============================================================================
+# Step 5: synchronous SGD
+# =============================================================================
+S05 = "05_sync_sgd"
+
+
+def _tiny_problem(comm, seed=0):
+    """A small MLP and per-rank synthetic batches (as tests/mpi_worker.py)."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((64 * comm.size, 1, 4, 5)).astype(np.float32)
+    y = (x.reshape(len(x), -1) @ r.standard_normal((20, 4))).argmax(1).astype(np.int64)
+    return [(x[i::comm.size][:16], y[i::comm.size][:16]) for i in range(comm.size)]
+
+
+@register("5.1", S05, "sync_step", "that is SyncSGD.step.", mpi=True)
+def check_sync_step(sync_step, comm):
+    import minips as mp
+    from minips.dist.algorithms import make_algorithm
+    from minips.models import MLP
+    from minips.optim import SGD
+
+    batches = _tiny_problem(comm)
+    runs = []
+    for use_student in (False, True):
+        mp.random.seed(5)
+        model = MLP(20, (16,), 4)
+        opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+        algo = make_algorithm("sync", model.parameters(), opt, comm)
+        algo.start()
+        try:
+            for t in range(4):
+                x, y = batches[comm.rank]
+                batch = (x[4 * t:4 * t + 4], y[4 * t:4 * t + 4])
+                loss = model.loss(batch)
+                algo.before_backward()
+                loss.backward()
+                if use_student:
+                    sync_step(comm, algo.flat.grads[0], algo.flat.weights, opt)
+                else:
+                    algo.step()
+        finally:
+            algo.finish()
+        runs.append(algo.flat.weights.copy())
+    replicas = comm.allgather(runs[1])
+    _close(runs[1], runs[0], f"weights after 4 steps of your sync_step (rank {comm.rank})", rtol=1e-6, atol=1e-7,
+           hint="Hint: comm.allreduce(grad) sums in place; divide by comm.size; then "
+                "optimizer.apply(0, weights, grad).")
+    for r, w in enumerate(replicas):
+        _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
+
+
+@register("5.2", S05, "ring_allreduce_seconds", "this is minips.dist.costmodel.ring_allreduce_time.")
+def check_ring_allreduce_seconds(ring_allreduce_seconds):
+    from minips.dist.costmodel import ring_allreduce_time
+
+    for nbytes, P, alpha, beta in [(1e6, 2, 5e-5, 8e-9), (4e6, 8, 1e-6, 1e-10), (8, 64, 1e-5, 1e-9),
+                                   (1e6, 1, 5e-5, 8e-9), (3e7, 1024, 2e-6, 4e-11)]:
+        got = ring_allreduce_seconds(nbytes, P, alpha, beta)
+        want = ring_allreduce_time(nbytes, P, alpha, beta)
+        assert got is not None and abs(got - want) <= 1e-12 + 1e-9 * want, (
+            f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {got}, expected "
+            f"{want:.6g}. Hint: 2(P-1) latencies and 2(P-1)/P * n bytes per rank (reduce-scatter + allgather); "
+            "0 for P = 1.")
+
+
+# =============================================================================
+# Step 6: overlap and buckets
+# =============================================================================
+S06 = "06_overlap_buckets"
+
+
+@register("6.1", S06, "bucket_plan", "that is FlatParams._make_buckets.")
+def check_bucket_plan(bucket_plan):
+    import minips as mp
+    from minips.dist.flat import FlatParams
+    from minips.nn.conv import ConvNet
+
+    cases = [([100, 10, 300, 5], 0.0), ([100, 10, 300, 5], 1e-6), ([2**18, 3, 2**18, 7, 2**16], 1.0),
+             ([1000] * 7, 0.008), ([p.size for p in ConvNet().parameters()], 0.05),
+             ([p.size for p in ConvNet().parameters()], 0.25)]
+    for sizes, mb in cases:
+        params = [mp.nn.Parameter(np.zeros(n, np.float32)) for n in sizes]
+        want = [list(b.param_ids) for b in FlatParams(params, 1, mb).buckets]
+        got = bucket_plan(list(sizes), mb)
+        assert got is not None, "bucket_plan returned None"
+        got = [list(map(int, b)) for b in got]
+        assert got == want, (f"bucket_plan({sizes}, {mb}) = {got}, expected {want}. Hint: walk the parameters "
+                             "from the LAST to the first; close a bucket as soon as its bytes reach "
+                             "bucket_mb * 2**20; bucket_mb = 0 means everything in one bucket.")
+
+
+@register("6.2", S06, "gradient_ready_order")
+def check_gradient_ready_order(gradient_ready_order):
+    import minips as mp
+    from minips.models import MLP
+    from minips.nn.conv import ConvNet
+
+    rng = np.random.default_rng(62)
+    for make, shape in ((lambda: MLP(20, (8, 6), 3), (4, 1, 4, 5)), (lambda: ConvNet(1, (8, 8), 3, widths=(2, 3),
+                                                                                          hidden=5), (4, 1, 8, 8))):
+        mp.random.seed(0)
+        model = make()
+        batch = (rng.standard_normal(shape).astype(np.float32), rng.integers(0, 3, 4))
+        order = []
+        hs = [p.register_grad_hook(lambda t, n=n: order.append(n)) for n, p in model.named_parameters()]
+        model.loss(batch).backward()
+        for h in hs:
+            h.remove()
+        model.zero_grad()
+        got = gradient_ready_order(model, batch)
+        assert got is not None, "gradient_ready_order returned None; return the list of names"
+        assert list(got) == order, f"order {got}, expected {order}"
+        leftover = [n for n, p in model.named_parameters() if p._hooks]
+        assert not leftover, f"hooks are still registered on {leftover}: remove them with handle.remove()"
+
+
+# =============================================================================
+# Step 7: pseudo-synchronous SGD
+# =============================================================================
+S07 = "07_pseudo_sync"
+
+
+@register("7.1", S07, "stale_sgd", "that is the rule of PseudoSyncSGD.step with the `last` predictor.")
+def check_stale_sgd(stale_sgd):
+    from minips.dist.staleness_lab import LeastSquares, simulate_stale_sgd
+
+    problem = LeastSquares(d=20, m=200, cond=50.0, rotate=True, seed=3)
+    rng = np.random.default_rng(71)
+    batches = [rng.integers(0, problem.m, 8) for _ in range(30)]
+
+    def grad_fn(w, t):
+        return problem.grad(np.asarray(w, np.float32), batches[t])
+
+    w0 = np.zeros(problem.d, np.float32)
+    for k in (1, 2, 3):
+        want = simulate_stale_sgd(grad_fn, w0, "last", staleness=k, lr=0.1, momentum=0.9, steps=30)["w"]
+        got = stale_sgd(grad_fn, w0.copy() if k > 1 else w0, k, 0.1, 0.9, 30)
+        assert np.all(w0 == 0), "stale_sgd modified w0: copy it first"
+        assert got is not None, "stale_sgd returned None; return the final weights"
+        _close(got, want, f"weights after 30 steps with k = {k}", rtol=1e-4, atol=1e-6,
+               hint="Hint: at step t, g_t goes in flight first; then, only if more than k are in flight, "
+                    "pop the OLDEST and apply it; steps 0..k-1 do not update.")
+
+
+@register("7.2", S07, "predicted_step_time", "overlap turns a sum into a maximum.")
+def check_predicted_step_time(predicted_step_time):
+    for tc, tm in [(0.1, 0.02), (0.01, 0.05), (0.03, 0.03), (0.2, 0.0)]:
+        for algo, want in (("sync", tc + tm), ("pseudo-sync", max(tc, tm))):
+            got = predicted_step_time(tc, tm, algo)
+            assert got is not None and abs(got - want) < 1e-12, (
+                f"predicted_step_time({tc}, {tm}, {algo!r}) = {got}, expected {want}. "
+                + ("Hint: sync waits for the whole allreduce after the compute." if algo == "sync" else
+                   "Hint: with k = 1, each allreduce has one step of compute to finish under; the step lasts "
+                   "as long as the slower of the two."))
+
+
+# =============================================================================
+# Step 8: predictors
+# =============================================================================
+S08 = "08_predictors"
+
+
+def _compare_predictor(mine, ref, what, hint):
+    rng = np.random.default_rng(81)
+    n = 6
+    w = np.zeros(n, np.float32)
+    outs_mine, outs_ref = [], []
+    for t in range(8):
+        G = (rng.standard_normal(n) + 0.3 * t).astype(np.float32)
+        w_then = w.copy()
+        w = (w - 0.1 * G).astype(np.float32)
+        outs_mine.append(mine.predict(G.copy(), w.copy(), w_then.copy()))
+        outs_ref.append(ref.predict(G.copy(), w.copy(), w_then.copy()))
+    for t, (a, b) in enumerate(zip(outs_mine, outs_ref)):
+        assert a is not None, f"{what}.forecast returned None"
+        _close(a, b, f"{what} forecast at arrival {t} (compared after all 8 arrivals)", rtol=1e-5, atol=1e-6,
+               hint=hint)
+
+
+@register("8.1", S08, "MyEMA")
+def check_my_ema(MyEMA):
+    from minips.dist.algorithms.predictors import EMAPredictor
+
+    for alpha in (0.5, 0.2):
+        _compare_predictor(MyEMA(2, alpha=alpha), EMAPredictor(2, alpha=alpha), f"MyEMA(alpha={alpha})",
+                           "Hint: S = G at the first arrival, then S = alpha*G + (1-alpha)*S; return a COPY "
+                           "(an array you later change in place would change the forecasts already returned).")
+
+
+@register("8.2", S08, "MyHolt")
+def check_my_holt(MyHolt):
+    from minips.dist.algorithms.predictors import HoltPredictor
+
+    for k, alpha, beta in ((2, 0.5, 0.1), (1, 0.3, 0.4)):
+        _compare_predictor(MyHolt(k, alpha=alpha, beta=beta), HoltPredictor(k, alpha=alpha, beta=beta),
+                           f"MyHolt(k={k}, alpha={alpha}, beta={beta})",
+                           "Hint: first arrival: L = G, B = 0. Then the new level uses the OLD L and B; the trend "
+                           "uses the new minus the old level; forecast L + k*B.")
+
+
+# =============================================================================
+# Step 9: video captioning
+# =============================================================================
+S09 = "09_video_captioning"
+
+
+@register("9.1", S09, "encode_caption", "that is Vocab.encode.")
+def check_encode_caption(encode_caption):
+    from minips.captioning import VOCAB
+
+    for text, length in (("a sneaker moves up", 11), ("a bag moves down-left and a coat moves right", 11),
+                         ("a zebra moves up", 8), ("a dress moves left", 6)):
+        got = encode_caption(text, length)
+        want = VOCAB.encode(text, length)
+        assert got is not None, "encode_caption returned None"
+        got = np.asarray(got)
+        assert got.dtype.kind in "iu", f"token ids must be integers, got dtype {got.dtype}"
+        assert got.shape == want.shape and np.array_equal(got, want), (
+            f"encode_caption({text!r}, {length}) = {got.tolist()}, expected {want.tolist()} "
+            f"({VOCAB.decode(want)!r}). Hint: <bos> first, <eos> after the last word, <pad> to the length; "
+            "unknown words are <unk>.")
+
+
+@register("9.2", S09, "masked_cross_entropy", "that is nn.sequence_cross_entropy, which VideoCaptioner.loss uses.")
+def check_masked_cross_entropy(masked_cross_entropy):
+    import minips as mp
+    from minips import nn
+
+    rng = np.random.default_rng(92)
+    for L, N, V, pad in ((5, 3, 7, 0), (10, 4, 25, 0), (3, 2, 4, 3)):
+        logits = (rng.standard_normal((L, N, V)) * 3).astype(np.float64)
+        logits[0, 0, 0] = 800.0    # exp(800) overflows: the log-softmax must subtract the maximum
+        targets = rng.integers(0, V, (L, N))
+        targets[-2:, 0] = pad      # padding at the end of a sequence
+        if not (targets != pad).any():
+            targets[0, 0] = (pad + 1) % V
+        want = nn.sequence_cross_entropy(mp.tensor(logits), targets, pad_id=pad).item()
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
+        assert got is not None and np.isfinite(float(got)), (
+            f"masked_cross_entropy returned {got}; with a logit of 800 the naive exp overflows: subtract the "
+            "maximum over V before exponentiating")
+        assert abs(float(got) - want) <= 1e-6 * max(1.0, abs(want)), (
+            f"masked_cross_entropy = {float(got):.6f}, expected {want:.6f} (L={L}, N={N}, V={V}, pad_id={pad}). "
+            "Hint: average over the positions where targets != pad_id only, not over all L*N.")
+
+
+# =============================================================================
+# Step 10: scaling and the cost model
+# =============================================================================
+S10 = "10_scaling_and_clusters"
+
+
+@register("10.1", S10, "fit_alpha_beta", "that is minips.dist.costmodel.fit_ring_allreduce.")
+def check_fit_alpha_beta(fit_alpha_beta):
+    from minips.dist.costmodel import fit_ring_allreduce, ring_allreduce_time
+
+    rng = np.random.default_rng(101)
+    for P, alpha, beta in ((2, 5e-6, 2e-10), (8, 5e-5, 8e-9)):
+        n = np.array([2.0**k for k in range(3, 25, 2)])
+        t = np.array([ring_allreduce_time(v, P, alpha, beta) for v in n]) * rng.uniform(0.8, 1.3, len(n))
+        want = fit_ring_allreduce(n, t, P).model
+        got = fit_alpha_beta(list(n), list(t), P)
+        assert got is not None and len(got) == 2, "fit_alpha_beta must return (alpha, beta)"
+        a, b = (float(v) for v in got)
+        ok = abs(a - want.alpha) <= 1e-6 * want.alpha + 1e-15 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20
+        assert ok, (f"P = {P}: got alpha {a:.6g}, beta {b:.6g}; expected alpha {want.alpha:.6g}, beta "
+                    f"{want.beta:.6g}. Hint: columns 2(P-1) and 2(P-1)/P*n; divide every row and the target "
+                    "by the measured time (relative errors); clip negatives to 0.")
+    # a case where the unconstrained fit gives a negative latency
+    n = np.array([1e3, 1e5, 1e7])
+    t = np.array([1e-6, 1e-4, 1e-2]) * np.array([1.0, 1.5, 1.0])
+    a, b = (float(v) for v in fit_alpha_beta(list(n), list(t), 2))
+    want = fit_ring_allreduce(n, t, 2).model
+    assert a >= 0 and b >= 0, "clip negative estimates to 0 (a latency or a time per byte cannot be negative)"
+    assert abs(a - want.alpha) <= 1e-9 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20, (
+        f"got ({a:.6g}, {b:.6g}), expected ({want.alpha:.6g}, {want.beta:.6g})")
+
+
+@register("10.2", S10, "weak_scaling_efficiency")
+def check_weak_scaling_efficiency(weak_scaling_efficiency):
+    from minips.dist.costmodel import ring_allreduce_time
+
+    for tc, n, P, a, b in [(0.06, 1.7e6, 2, 5e-5, 8e-9), (0.06, 1.7e6, 64, 5e-5, 8e-9), (0.01, 1e8, 256, 1e-6, 1e-10),
+                           (0.2, 4e5, 1, 5e-5, 8e-9), (0.005, 1.7e6, 1024, 5e-5, 8e-9)]:
+        T = ring_allreduce_time(n, P, a, b)
+        for algo, want in (("sync", tc / (tc + T)), ("pseudo-sync", tc / max(tc, T))):
+            got = weak_scaling_efficiency(tc, n, P, a, b, algo)
+            assert got is not None and abs(got - want) < 1e-9, (
+                f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {got}, expected {want:.6g}. "
+                "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
