@@ -11,8 +11,9 @@ OUT=${1:-runs/timing}
 PY=${PYTHON:-python}
 MPIEXEC=${MPIEXEC:-mpiexec}
 mkdir -p "$OUT"
-touch runs/study-mini/PAUSE runs/study-full/PAUSE 2>/dev/null || true
-trap 'rm -f runs/study-mini/PAUSE runs/study-full/PAUSE' EXIT
+STUDIES="runs/study-mini runs/study-full runs/study-captioner"
+for d in $STUDIES; do [ -d "$d" ] && touch "$d/PAUSE"; done
+trap 'for d in $STUDIES; do rm -f "$d/PAUSE"; done' EXIT
 # wait for a study run in progress to finish
 while pgrep -f "minips train .*--out runs/study-" >/dev/null; do sleep 5; done
 export NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
