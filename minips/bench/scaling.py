@@ -242,17 +242,23 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
 
 
 def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0) -> dict:
-    """E(P) per network and algorithm from the P = 1 profiles (see
-    :func:`minips.dist.projection.project`)."""
+    """E(P) per network and algorithm (see :func:`minips.dist.projection.project`).
+
+    At P = 1 every algorithm computes the same thing, and their measured
+    compute differs only by noise; so all share one compute profile (forward,
+    backward, update, other: sync's P = 1 row, else the first P = 1 row), and
+    each adds its own measured predictor time."""
+    import dataclasses
+
     from ..dist.costmodel import parse_network
     from ..dist.projection import project
 
-    profiles = {}
-    for r in rows:
-        if r["P"] == 1:
-            profiles[r["label"]] = _profile(r, grad_bytes, buckets)
-    if not profiles:
+    ones = [r for r in rows if r["P"] == 1]
+    if not ones:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
+    base = _profile(next((r for r in ones if r["label"] == "sync"), ones[0]), grad_bytes, buckets)
+    profiles = {r["label"]: dataclasses.replace(base, predict=r["time_breakdown"].get("predict", 0.0))
+                for r in ones}
     out = {}
     for name in networks:
         net = parse_network(name)
@@ -339,7 +345,7 @@ def plot_scaling(result: dict, path) -> None:
     other = [1e3 * r["step_time_s"] - b for r, b in zip(rows, bottom)]
     ax.bar(names, other, bottom=bottom, label="other", color="#BBBBBB")
     ax.set_ylabel("ms per step (slowest rank)")
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=7, labelrotation=60)
     ax.legend(fontsize=7)
     emu = " (EMULATED " + rows[0]["network"] + ")" if rows and rows[0].get("network_emulated") else ""
     ax.set_title(f"measured step, {result['config']['model']}, batch {result['config']['batch_size']}/rank{emu}",
