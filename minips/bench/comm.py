@@ -120,8 +120,10 @@ def run(args) -> int:
     P = comm.size
     mpich_async = os.environ.get("MPIR_CVAR_ASYNC_PROGRESS", "0") not in ("", "0")
     say = print if comm.rank == 0 else (lambda *a, **k: None)
+    load_start = [round(x, 2) for x in os.getloadavg()]
     say(f"bench comm: {comm.describe()}"
-        + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else ""))
+        + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else "")
+        + f"; load average {load_start}")
     if P < 2:
         say("note: one rank: allreduce is a no-op; run under mpiexec -n 2 or more for meaningful numbers")
     rows = []
@@ -165,7 +167,8 @@ def run(args) -> int:
     result = {"world_size": P, "local_size": comm.local_size, "library": comm.describe(),
               "network_emulated": comm.emulated, "network": str(comm.network) if comm.network else "real",
               "mpich_async_progress": mpich_async, "allreduce": rows, "fit": fit, "overlap": overlap,
-              "host": os.uname().nodename, "cores": len(os.sched_getaffinity(0))}
+              "host": os.uname().nodename, "cores": len(os.sched_getaffinity(0)),
+              "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
     if comm.rank == 0:
         if args.json:
             with open(args.json, "w") as fh:
@@ -186,14 +189,18 @@ def _fmt_bytes(n: int) -> str:
 
 
 def plot_comm(result: dict, path) -> None:
-    """Latency and bus bandwidth against message size, with the fitted model."""
+    """Latency and bus bandwidth against message size, with the fitted model;
+    and, if the overlap test ran, time per progress mode: compute with the
+    allreduce in flight plus the wait after it, against the serial sum."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = result["allreduce"]
+    overlap = result.get("overlap") or []
     n = [r["nbytes"] for r in rows]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3 if overlap else 2, figsize=(16 if overlap else 11, 4))
+    a, b = axes[0], axes[1]
     a.loglog(n, [r["allreduce_s"] * 1e6 for r in rows], "o-", label="Allreduce")
     a.loglog(n, [r["iallreduce_wait_s"] * 1e6 for r in rows], "s--", label="Iallreduce+Wait")
     if result["fit"]:
@@ -206,6 +213,20 @@ def plot_comm(result: dict, path) -> None:
     b.set_xlabel("message size (bytes)")
     b.set_ylabel("bus bandwidth (GB/s)")
     b.grid(alpha=0.3, which="both")
+    if overlap:
+        c = axes[2]
+        names = [o["mode"] + ("+async" if o.get("mpich_async_progress") else "") for o in overlap]
+        comp = [1e3 * o["compute_with_comm"] for o in overlap]
+        wait = [1e3 * o["wait_after"] for o in overlap]
+        c.bar(names, comp, label="compute (allreduce in flight)", color="#4C72B0")
+        c.bar(names, wait, bottom=comp, label="wait after compute", color="#C44E52")
+        serial = [1e3 * (o["compute_alone"] + o["allreduce_alone"]) for o in overlap]
+        alone = [1e3 * o["compute_alone"] for o in overlap]
+        c.plot(names, serial, "k_", ms=30, mew=2, label="compute + allreduce, serial")
+        c.plot(names, alone, "g_", ms=30, mew=2, label="compute alone")
+        c.set_ylabel("ms")
+        c.set_title(f"overlap of a {overlap[0]['nbytes'] / 2**20:g} MB Iallreduce", fontsize=9)
+        c.legend(fontsize=7)
     title = f"allreduce, {result['world_size']} ranks"
     if result["network_emulated"]:
         title += f" (EMULATED {result['network']})"

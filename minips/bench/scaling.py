@@ -1,0 +1,522 @@
+"""``python -m minips bench scaling``: weak scaling of the training step, measured
+at small P and projected to many nodes.
+
+Run it as one plain process (not under mpiexec): for each rank count P and
+algorithm it launches::
+
+    mpiexec -n P [-bind-to core] python -m minips train --algo A --max-steps N --epochs 1 \\
+        --batch-size B --quiet --no-trace --out DIR/P{P}-{A}-r{i}
+
+(weak scaling: the per-rank batch B is fixed, the global batch is P B), reads
+each run's ``summary.json`` and reports, per algorithm and P: the steady-state
+step time of the slowest rank (median over ``--repeats`` runs), images/s, the
+timing breakdown, and the weak-scaling efficiency ``E(P) = T(1) / T(P)``.
+
+Threads: each rank gets ``--threads`` Numba/BLAS threads (default 1), so P
+ranks use P cores and T(1) is one rank on one core; E(P) then measures what
+communication (and sharing the node's memory bandwidth) costs, not thread
+scaling. Up to the number of cores the ranks are bound to cores; beyond it
+they are oversubscribed (fine for correctness, meaningless for timing).
+
+Then the model (:mod:`minips.dist.projection`):
+
+- *predicted vs measured*: the step time at each measured P predicted from the
+  P = 1 compute profile plus (a) the blocking allreduce time the Trainer
+  measured at that P (``comm_alone_s``), and (b) an alpha-beta fit from
+  ``bench comm --json`` (``--comm-json``), with the interference phi of
+  assumption 4 (``--interference``; ``auto`` = from the comm JSON's ``poll``
+  overlap measurement, else 1: a node with no spare core);
+- *projection*: E(P) for P = 1..``--project-max`` nodes on each interconnect of
+  ``--project-networks``, with the P = 1 profile measured here as the per-node
+  compute and ideal offloaded overlap (phi = ``--project-interference``,
+  default 0), next to the seed paper's 93.4 % (64 nodes) and 90.5 % (128).
+
+Writes ``--json`` (everything) and ``--plot`` (measured breakdown and E(P);
+projection) and prints the tables. ``--from-json`` redoes the model and plots
+from an earlier JSON without running anything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .cli import register_bench
+
+__all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "PAPER_POINTS"]
+
+#: The seed paper's weak-scaling efficiencies (Wen et al., IJPP 2024): nodes -> E.
+PAPER_POINTS = {64: 0.934, 128: 0.905}
+
+
+class ScalingError(ValueError):
+    """Bad option or a failed run; the message names the fix."""
+
+
+def parse_ranks(spec: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``.
+
+    Raises:
+        ScalingError: empty, not integers, or a value < 1.
+    """
+    try:
+        ranks = [int(x) for x in str(spec).split(",") if x.strip()]
+    except ValueError:
+        raise ScalingError(f"--ranks {spec!r}: give comma-separated integers, e.g. 1,2,4") from None
+    if not ranks:
+        raise ScalingError("--ranks is empty; e.g. --ranks 1,2")
+    bad = [r for r in ranks if r < 1]
+    if bad:
+        raise ScalingError(f"--ranks {spec!r}: rank counts must be >= 1 (got {bad[0]})")
+    return sorted(set(ranks))
+
+
+def parse_algos(spec: str) -> list[dict]:
+    """``"sync,overlap-sync,pseudo-sync:adaptive"`` -> entries with ``algo``,
+    ``label`` and, for pseudo-sync, ``predictor`` (default adaptive) and
+    ``staleness`` (``NAME[:PREDICTOR[:K]]`` as in compare).
+
+    Raises:
+        ScalingError: empty or malformed, or an algorithm with no step-time model.
+    """
+    from ..dist.projection import STEP_TIME
+
+    out = []
+    for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
+        parts = item.split(":")
+        if parts[0] not in STEP_TIME or len(parts) > 3 or (len(parts) > 1 and parts[0] != "pseudo-sync"):
+            raise ScalingError(f"--algos entry {item!r}: use sync, overlap-sync or pseudo-sync[:PREDICTOR[:K]]")
+        e = {"algo": parts[0], "label": item}
+        if parts[0] == "pseudo-sync":
+            e["predictor"] = parts[1] if len(parts) > 1 else "adaptive"
+            e["staleness"] = int(parts[2]) if len(parts) > 2 else 1
+        out.append(e)
+    if not out:
+        raise ScalingError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync")
+    return out
+
+
+def _mpiexec() -> str:
+    sibling = Path(sys.executable).parent / "mpiexec"
+    found = str(sibling) if sibling.exists() else shutil.which("mpiexec")
+    if not found:
+        raise ScalingError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
+                           "or load your site's MPI module")
+    return found
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
+    cmd = [mpiexec, "-n", str(P)]
+    if args.bind and P * args.threads <= _cores() and args.threads == 1:
+        cmd += ["-bind-to", "core"]
+    cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
+            "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
+            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
+            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out)]
+    if "predictor" in entry:
+        cmd += ["--predictor", entry["predictor"], "--staleness", str(entry["staleness"])]
+    if args.network:
+        cmd += ["--network", args.network]
+    return cmd
+
+
+def _env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
+    for v in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[v] = str(threads)
+    return env
+
+
+def _load_avg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=print) -> list[dict]:
+    """Run every (P, algorithm) ``args.repeats`` times; one row per (P, algorithm)
+    with the median step time and that run's breakdown.
+
+    Raises:
+        ScalingError: a run failed or timed out (its stderr tail is quoted).
+    """
+    mpiexec = _mpiexec()
+    rows = []
+    for P in ranks:
+        for e in entries:
+            runs = []
+            for i in range(args.repeats):
+                out = out_dir / f"P{P}-{e['label'].replace(':', '-')}-r{i}"
+                cmd = _train_cmd(args, e, P, out, mpiexec)
+                load = _load_avg()
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(args.threads),
+                                       timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    raise ScalingError(f"P={P} {e['label']}: no result after {args.timeout} s "
+                                       f"(raise --timeout or lower --steps): {' '.join(cmd)}") from None
+                if r.returncode != 0 or not (out / "summary.json").exists():
+                    tail = "\n".join(r.stderr.strip().splitlines()[-5:])
+                    raise ScalingError(f"P={P} {e['label']} failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
+                s = json.loads((out / "summary.json").read_text())
+                s["load_before"] = load
+                runs.append(s)
+            times = [s["step_time_s"] for s in runs]
+            med = sorted(runs, key=lambda s: s["step_time_s"])[len(runs) // 2]
+            row = {"P": P, "label": e["label"], "algo": e["algo"], "predictor": e.get("predictor"),
+                   "staleness": e.get("staleness"), "step_time_s": med["step_time_s"], "step_times_s": times,
+                   "images_per_s": args.batch_size * P / med["step_time_s"],
+                   "time_breakdown": med["time_breakdown"], "comm_alone_s": med.get("comm_alone_s"),
+                   "overlap_efficiency": med.get("overlap_efficiency"),
+                   "threads_per_rank": med.get("threads_per_rank"), "network": med.get("network"),
+                   "network_emulated": med.get("network_emulated"),
+                   "load_before": [s["load_before"] for s in runs]}
+            rows.append(row)
+            say(f"  P={P} {e['label']}: step {1e3 * row['step_time_s']:.2f} ms "
+                f"(runs: {', '.join(f'{1e3 * t:.1f}' for t in times)}; load {row['load_before'][0]})")
+    for r in rows:
+        base = next((b for b in rows if b["label"] == r["label"] and b["P"] == 1), None)
+        r["efficiency"] = base["step_time_s"] / r["step_time_s"] if base else None
+    return rows
+
+
+def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int]]:
+    """(gradient bytes, overlap-sync bucket bytes in backward order) of ``model``."""
+    from ..dist.flat import FlatParams
+    from ..models import build_model
+    from ..tasks import make_task
+
+    m = build_model(model, make_task(data))
+    flat = FlatParams(m.parameters(), num_grad_buffers=1, bucket_mb=bucket_mb)
+    return flat.numel * 4, [b.nbytes for b in flat.buckets]
+
+
+def _profile(row: dict, grad_bytes: int, buckets):
+    from ..dist.projection import StepProfile
+    return StepProfile.from_summary(row, grad_bytes, buckets)
+
+
+def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interference: float = 1.0) -> list[dict]:
+    """Predicted vs measured step time at each measured P > 1, from the P = 1
+    profile of the same algorithm and (a) the measured blocking allreduce time
+    at that P, (b) the fitted network ``fit_net`` (if given)."""
+    from ..dist.costmodel import NetworkModel
+    from ..dist.projection import STEP_TIME
+
+    out = []
+    for r in rows:
+        base = next((b for b in rows if b["label"] == r["label"] and b["P"] == 1), None)
+        if r["P"] == 1 or base is None:
+            continue
+        prof = _profile(base, grad_bytes, buckets)
+        f = STEP_TIME[r["algo"]]
+        res = {"P": r["P"], "label": r["label"], "measured_s": r["step_time_s"], "interference": interference}
+        if r.get("comm_alone_s"):
+            # A network whose ring time at this P equals the measured allreduce:
+            # pure bandwidth term, so buckets scale with their size.
+            nb = 2 * (r["P"] - 1) / r["P"] * grad_bytes
+            net = NetworkModel(0.0, r["comm_alone_s"] / nb, "measured")
+            res["predicted_measured_comm_s"] = f(prof, r["P"], net, interference)
+            res["comm_alone_s"] = r["comm_alone_s"]
+            # The same, with the compute measured at this P (isolates the
+            # communication model from the compute slowing down on a shared node).
+            own = _profile(r, grad_bytes, buckets)
+            res["predicted_own_compute_s"] = f(own, r["P"], net, interference)
+            res["compute_s"], res["compute_P1_s"] = own.compute + own.predict, prof.compute + prof.predict
+        if fit_net is not None:
+            res["predicted_fit_s"] = f(prof, r["P"], fit_net, interference)
+            res["fit_comm_s"] = fit_net.allreduce_time(grad_bytes, r["P"])
+        out.append(res)
+    return out
+
+
+def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0) -> dict:
+    """E(P) per network and algorithm (see :func:`minips.dist.projection.project`).
+
+    At P = 1 every algorithm computes the same thing, and their measured
+    compute differs only by noise; so all share one compute profile (forward,
+    backward, update, other: sync's P = 1 row, else the first P = 1 row), and
+    each adds its own measured predictor time."""
+    import dataclasses
+
+    from ..dist.costmodel import parse_network
+    from ..dist.projection import project
+
+    ones = [r for r in rows if r["P"] == 1]
+    if not ones:
+        raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
+    base = _profile(next((r for r in ones if r["label"] == "sync"), ones[0]), grad_bytes, buckets)
+    profiles = {r["label"]: dataclasses.replace(base, predict=r["time_breakdown"].get("predict", 0.0))
+                for r in ones}
+    out = {}
+    for name in networks:
+        net = parse_network(name)
+        out[name] = {"network": str(net), "alpha_s": net.alpha, "beta_s_per_byte": net.beta,
+                     "algos": project(profiles, net, Ps, interference)}
+    return out
+
+
+def _print_measured(rows, say):
+    say(f"\n{'algorithm':<24}{'P':>3} {'step ms':>9} {'images/s':>9} {'E(P)':>6} {'fwd+bwd':>8} {'wait':>7} "
+        f"{'predict':>8} {'update':>7} {'other':>7} {'allreduce alone':>16} {'overlap eff':>12}")
+    for r in rows:
+        b = r["time_breakdown"]
+        other = r["step_time_s"] - sum(b.values())
+        ca = "-" if not r.get("comm_alone_s") else f"{1e3 * r['comm_alone_s']:.2f} ms"
+        oe = "-" if r.get("overlap_efficiency") is None else f"{r['overlap_efficiency']:.2f}"
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
+        say(f"{r['label']:<24}{r['P']:>3} {1e3 * r['step_time_s']:9.2f} {r['images_per_s']:9.0f} {eff:>6} "
+            f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * b['predict']:8.2f} "
+            f"{1e3 * b['update']:7.2f} {1e3 * other:7.2f} {ca:>16} {oe:>12}")
+
+
+def _print_check(check, say):
+    if not check:
+        return
+    say("\npredicted vs measured step time (model: P = 1 compute + allreduce; phi = "
+        f"{check[0]['interference']:.2f}):")
+    say(f"{'algorithm':<24}{'P':>3} {'measured ms':>12} {'pred. (measured allreduce) ms':>30} {'pred. (fit) ms':>15} "
+        f"{'pred. (compute at P) ms':>24}")
+    def cell(pred, measured):
+        return "-" if pred is None else f"{1e3 * pred:.2f} ({100 * (pred / measured - 1):+.0f}%)"
+
+    for c in check:
+        a = cell(c.get("predicted_measured_comm_s"), c["measured_s"])
+        b = cell(c.get("predicted_fit_s"), c["measured_s"])
+        o = cell(c.get("predicted_own_compute_s"), c["measured_s"])
+        say(f"{c['label']:<24}{c['P']:>3} {1e3 * c['measured_s']:12.2f} {a:>30} {b:>15} {o:>24}")
+
+
+def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
+    for name, p in proj.items():
+        say(f"\nprojected E(P) on {p['network']} (ideal overlap unless phi > 0; paper: "
+            + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in PAPER_POINTS.items()) + ")")
+        say(f"{'algorithm':<22}" + "".join(f"{'P=' + str(P):>9}" for P in show))
+        for algo, rows in p["algos"].items():
+            cells = []
+            for P in show:
+                if P in rows["P"]:
+                    cells.append(f"{100 * rows['efficiency'][rows['P'].index(P)]:8.1f}%")
+                else:
+                    cells.append(f"{'-':>9}")
+            say(f"{algo:<22}" + "".join(cells))
+        if "sync" in p["algos"]:
+            for algo, rows in p["algos"].items():
+                if algo == "sync":
+                    continue
+                say(f"{algo + ' vs sync(1)':<22}" + "".join(
+                    f"{100 * rows['vs_sync_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
+                    for P in show) + "   (throughput per node vs sync on 1 node)")
+        allr = next(iter(p["algos"].values()))
+        say(f"{'allreduce ms':<22}" + "".join(
+            f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
+
+
+def plot_scaling(result: dict, path) -> None:
+    """Left: measured step-time breakdown per (algorithm, P). Middle: measured
+    and predicted E(P). Right: projected E(P) to many nodes with the paper's points."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import _COLORS
+    from ..timing import PHASES
+
+    rows = result["measured"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    ax = axes[0]
+    names = [f"{r['label']}\nP={r['P']}" for r in rows]
+    bottom = [0.0] * len(rows)
+    for ph in PHASES:
+        vals = [1e3 * r["time_breakdown"][ph] for r in rows]
+        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS.get(ph))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    other = [1e3 * r["step_time_s"] - b for r, b in zip(rows, bottom)]
+    ax.bar(names, other, bottom=bottom, label="other", color="#BBBBBB")
+    ax.set_ylabel("ms per step (slowest rank)")
+    ax.tick_params(axis="x", labelsize=7, labelrotation=60)
+    ax.legend(fontsize=7)
+    emu = " (EMULATED " + rows[0]["network"] + ")" if rows and rows[0].get("network_emulated") else ""
+    ax.set_title(f"measured step, {result['config']['model']}, batch {result['config']['batch_size']}/rank{emu}",
+                 fontsize=9)
+    ax = axes[1]
+    for label in dict.fromkeys(r["label"] for r in rows):
+        rs = [r for r in rows if r["label"] == label and r["efficiency"] is not None]
+        ax.plot([r["P"] for r in rs], [r["efficiency"] for r in rs], "o-", label=f"{label} measured")
+        cs = [c for c in result.get("model_check", []) if c["label"] == label and c.get("predicted_measured_comm_s")]
+        if cs:
+            t1 = next(r["step_time_s"] for r in rows if r["label"] == label and r["P"] == 1)
+            ax.plot([1] + [c["P"] for c in cs], [1.0] + [t1 / c["predicted_measured_comm_s"] for c in cs], "x--",
+                    label=f"{label} model")
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("E(P) = T(1) / T(P)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"weak scaling on this machine ({result['host']['cores']} cores, load "
+                 f"{result['host']['load_start']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_projection(result: dict, path) -> None:
+    """E(P) against nodes (log scale) per interconnect and algorithm, with the
+    seed paper's 93.4 % at 64 nodes and 90.5 % at 128."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    proj = result["projection"]
+    fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
+    styles = {"sync": "-", "overlap-sync": "--", "pseudo-sync": "-."}
+    styles = {k: styles.get(k.split(":")[0], "-") for k in next(iter(proj.values()))["algos"]} if proj else styles
+    for ax, (name, p) in zip(axes[0], proj.items()):
+        for algo, rows in p["algos"].items():
+            line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], styles.get(algo, "-"), base=2,
+                                label=f"{algo}: E(P)", lw=2)
+            if algo != "sync" and "vs_sync_1" in rows:
+                ax.semilogx(rows["P"], [100 * e for e in rows["vs_sync_1"]], ":", base=2, color=line.get_color(),
+                            lw=1, label=f"{algo}: T_sync(1)/T(P)")
+        ax.plot(list(PAPER_POINTS), [100 * v for v in PAPER_POINTS.values()], "k*", ms=11,
+                label="paper (pseudo-sync, Tianhe-II)")
+        ax.set_title(p["network"], fontsize=9)
+        ax.set_xlabel("nodes P (one rank each)")
+        ax.grid(alpha=0.3, which="both")
+        ax.set_ylim(0, 105)
+    axes[0][0].set_ylabel("projected weak-scaling efficiency E(P) %")
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    cfg = result["config"]
+    fig.suptitle(f"projection: {cfg['model']}, {result['grad_bytes'] / 1e6:.2f} MB gradient, per-node step measured "
+                 f"at P=1 here; ring allreduce, phi = {result['project_interference']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _comm_fit(path):
+    """(NetworkModel of the fit, phi from the poll-mode overlap or None) of a bench comm JSON."""
+    from ..dist.costmodel import NetworkModel
+    from ..dist.projection import interference_from_overlap
+
+    c = json.loads(Path(path).read_text())
+    if not c.get("fit"):
+        raise ScalingError(f"{path} has no fit: run bench comm under mpiexec -n 2 or more (without --overlap-only)")
+    net = NetworkModel(c["fit"]["alpha_s"], c["fit"]["beta_s_per_byte"], f"fit of {path}")
+    phi = None
+    for o in c.get("overlap", []):
+        if o["mode"] == "poll":
+            phi = interference_from_overlap(o["compute_alone"], o["compute_with_comm"], o["wait_after"],
+                                            o["allreduce_alone"])
+    return net, phi
+
+
+def run(args) -> int:
+    from ..dist.comm import launched_by_mpi
+
+    if launched_by_mpi() and os.environ.get("MINIPS_MPI") != "1":
+        raise ScalingError("bench scaling launches mpiexec itself: run it as one plain process, "
+                           "not under mpiexec")
+    say = print
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text())
+        rows = result["measured"]
+    else:
+        ranks = parse_ranks(args.ranks)
+        entries = parse_algos(args.algos)
+        if args.steps < 8:
+            raise ScalingError("--steps must be >= 8 (the first 5 steps are JIT warm-up and are not timed)")
+        if args.repeats < 1:
+            raise ScalingError("--repeats must be >= 1")
+        out_dir = Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cores = _cores()
+        over = [P for P in ranks if P * args.threads > cores]
+        say(f"bench scaling: {args.model} on {args.data}, batch {args.batch_size}/rank, {args.steps} steps, "
+            f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}"
+            + (f"; NOTE P={over} oversubscribe the cores: their times are not meaningful" if over else ""))
+        load_start = _load_avg()
+        t0 = time.time()
+        rows = measure(args, entries, ranks, out_dir, say)
+        result = {"config": {k: getattr(args, k) for k in ("model", "data", "batch_size", "steps", "lr", "threads",
+                                                           "repeats", "progress", "bucket_mb", "network", "algos",
+                                                           "ranks")},
+                  "host": {"name": os.uname().nodename, "cores": cores, "load_start": load_start,
+                           "load_end": _load_avg(), "seconds": time.time() - t0, "python": sys.version.split()[0]},
+                  "measured": rows}
+    cfg = result["config"]
+    grad_bytes, buckets = _grad_layout(cfg["model"], cfg["data"], cfg["bucket_mb"])
+    result["grad_bytes"], result["buckets"] = grad_bytes, buckets
+    fit_net, phi_fit = (None, None)
+    if args.comm_json:
+        fit_net, phi_fit = _comm_fit(args.comm_json)
+    if args.interference == "auto":
+        phi = phi_fit if phi_fit is not None else 1.0
+    else:
+        phi = float(args.interference)
+    result["model_check"] = model_check(rows, grad_bytes, buckets, fit_net, phi)
+    result["comm_json"] = args.comm_json
+    Ps = [2**i for i in range(0, int(args.project_max).bit_length()) if 2**i <= args.project_max]
+    nets = [n for n in args.project_networks.split(",") if n.strip()]
+    result["project_interference"] = args.project_interference
+    result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference) if nets else {}
+    result["paper_points"] = PAPER_POINTS
+    _print_measured(rows, say)
+    _print_check(result["model_check"], say)
+    _print_projection(result["projection"], say)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        say(f"\nwrote {args.json}")
+    if args.plot:
+        plot_scaling(result, args.plot)
+        say(f"wrote {args.plot}")
+    if args.plot_projection and result["projection"]:
+        plot_projection(result, args.plot_projection)
+        say(f"wrote {args.plot_projection}")
+    return 0
+
+
+@register_bench("scaling", help="weak scaling of the training step under mpiexec; projection to many nodes")
+def add_arguments(p):
+    p.add_argument("--algos", default="sync,overlap-sync,pseudo-sync",
+                   help="sync, overlap-sync, pseudo-sync[:PREDICTOR[:K]] (default predictor adaptive, k 1)")
+    p.add_argument("--ranks", default="1,2", help="rank counts, e.g. 1,2,4 (default 1,2)")
+    p.add_argument("--model", default="convnet", help="model (default convnet)")
+    p.add_argument("--data", default="fashion-mnist-mini", help="data set (default fashion-mnist-mini)")
+    p.add_argument("--batch-size", type=int, default=32, help="per-rank batch (default 32)")
+    p.add_argument("--steps", type=int, default=60, help="steps per run; the first 5 are not timed (default 60)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate (timing does not depend on it)")
+    p.add_argument("--threads", type=int, default=1, help="Numba/BLAS threads per rank (default 1)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per point; the median step time is reported")
+    p.add_argument("--progress", default="poll", choices=["none", "poll", "thread"], help="progress mode")
+    p.add_argument("--bucket-mb", type=float, default=1.0, help="overlap-sync bucket size (MiB)")
+    p.add_argument("--network", help="emulate an interconnect in the measured runs (as in train)")
+    p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
+                   help="mpiexec -bind-to core when the ranks fit on the cores (default on)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
+    p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs")
+    p.add_argument("--comm-json", help="bench comm --json output: its alpha-beta fit (and poll-mode overlap) "
+                                       "for the predicted-vs-measured check")
+    p.add_argument("--interference", default="auto",
+                   help="phi in [0,1] for the check at the measured P (auto: from --comm-json, else 1)")
+    p.add_argument("--project-networks", default="ib-edr,ib-fdr,10gbe,1gbe",
+                   help="interconnects for the projection (presets or alpha=..,beta=..; empty = none)")
+    p.add_argument("--project-max", type=int, default=1024, help="largest node count projected (default 1024)")
+    p.add_argument("--project-interference", type=float, default=0.0,
+                   help="phi of the projection (default 0: offloaded, ideal overlap)")
+    p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
+    p.add_argument("--json", help="write everything to this JSON file")
+    p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
+    p.add_argument("--plot-projection", help="PNG of the projected E(P)")
+    p.set_defaults(func=run)
+

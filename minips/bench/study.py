@@ -1,0 +1,437 @@
+"""``python -m minips bench study GRID.toml --out DIR``: a convergence study.
+
+Runs ``python -m minips train`` under ``mpiexec -n P`` for every point of a
+grid (ranks x learning-rate setting x algorithm x seed), one run after the
+other, and aggregates the final test metric (accuracy, or BLEU for the
+captioner) into tables and figures. It is a plain driver process: do not start
+it under mpiexec.
+
+The grid is a TOML file (see ``configs/study-*.toml``)::
+
+    ranks = [2, 4, 8]
+    seeds = [0, 1, 2]
+    algos = ["sync", "overlap-sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@rho99"]
+    timeout_s = 1800            # per run
+    metric = "test_accuracy"    # or "bleu"
+
+    [train]                     # passed as explicit flags to every run
+    model = "convnet"
+    data = "fashion-mnist-mini"
+    epochs = 3
+    batch-size = 32
+    ...
+
+    [lr.fixed]                  # one table per learning-rate setting
+    lr = 0.05
+    scale-lr = false
+    warmup-epochs = 0.0
+
+    [variants.rho99]            # predictor options, selected by "@rho99" in algos
+    rho = 0.99
+
+    [env]                       # environment of every run (threads per rank)
+    NUMBA_NUM_THREADS = "1"
+
+``algos`` entries are ``NAME[:PREDICTOR[:K]][@VARIANT]`` as in ``compare``
+plus an optional predictor-options variant.
+
+Every run writes ``OUT/runs/P{P}/{lr}/{label}/seed{s}/`` (the train outputs);
+a run whose ``summary.json`` exists is skipped, so an interrupted study
+continues where it stopped. A run that stops with a non-finite loss is
+recorded as *diverged* (it is a result, not an error). While a file
+``OUT/PAUSE`` exists the driver waits between runs (to take timing
+measurements on a quiet machine). At the end (and with ``--report-only``)
+it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
+``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
+sync) and ``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
+may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import register_bench
+
+__all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "run"]
+
+_ALGO_RE = re.compile(r"^(?P<algo>[a-z-]+)(?::(?P<pred>[a-z]+))?(?::(?P<k>\d+))?(?:@(?P<var>[\w.-]+))?$")
+
+
+class StudyError(ValueError):
+    """A bad grid file or option; the message names the fix."""
+
+
+@dataclass
+class Grid:
+    """A parsed grid file (see the module docstring)."""
+    ranks: list
+    seeds: list
+    algos: list
+    train: dict
+    lr: dict
+    variants: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    timeout_s: float = 1800.0
+    metric: str = "test_accuracy"
+    chance: float | None = None
+    source: str = ""
+
+
+@dataclass
+class RunSpec:
+    """One training run of the grid."""
+    P: int
+    lr_name: str
+    label: str
+    seed: int
+    flags: dict
+    predictor_options: dict
+
+    def out(self, root) -> Path:
+        return Path(root) / "runs" / f"P{self.P}" / self.lr_name / _safe(self.label) / f"seed{self.seed}"
+
+
+def _safe(label: str) -> str:
+    return label.replace(":", "-").replace("@", "_")
+
+
+def load_grid(path) -> Grid:
+    """Read and check a grid TOML file.
+
+    Raises:
+        StudyError: missing file, bad TOML, a missing key, a malformed ``algos``
+            entry, or an ``@variant`` that has no ``[variants.NAME]`` table.
+    """
+    import tomllib
+
+    p = Path(path)
+    if not p.exists():
+        raise StudyError(f"grid file {p} does not exist (see configs/study-*.toml for examples)")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise StudyError(f"{p}: not valid TOML: {e}") from None
+    for key in ("ranks", "seeds", "algos", "train", "lr"):
+        if key not in raw:
+            raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
+    unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric",
+                          "chance"}
+    if unknown:
+        raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}")
+    g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
+             train=dict(raw["train"]), lr={k: dict(v) for k, v in raw["lr"].items()},
+             variants={k: dict(v) for k, v in raw.get("variants", {}).items()},
+             env={k: str(v) for k, v in raw.get("env", {}).items()},
+             timeout_s=float(raw.get("timeout_s", 1800)), metric=raw.get("metric", "test_accuracy"),
+             chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
+             source=str(p))
+    if not g.ranks or min(g.ranks) < 1:
+        raise StudyError(f"{p}: ranks must be a non-empty list of integers >= 1, got {raw['ranks']}")
+    if not g.lr:
+        raise StudyError(f"{p}: add at least one [lr.NAME] table (e.g. lr = 0.05)")
+    for a in g.algos:
+        m = _ALGO_RE.match(a)
+        if not m:
+            raise StudyError(f"{p}: algos entry {a!r}: use NAME[:PREDICTOR[:K]][@VARIANT]")
+        if m["var"] and m["var"] not in g.variants:
+            raise StudyError(f"{p}: algos entry {a!r} names variant {m['var']!r} but there is no "
+                             f"[variants.{m['var']}] table")
+    return g
+
+
+def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[RunSpec]:
+    """All runs of the grid, seeds outermost (so a study cut short has every
+    setting for the first seeds), then learning-rate setting, ranks, algorithm.
+    ``ranks``/``seeds``/``lrs``/``algos`` restrict the grid (None = all)."""
+    out = []
+    for seed, lr_name, P, a in itertools.product(seeds or grid.seeds, lrs or list(grid.lr), ranks or grid.ranks,
+                                                 algos or grid.algos):
+        if lr_name not in grid.lr:
+            raise StudyError(f"no learning-rate setting {lr_name!r}; the grid has {', '.join(grid.lr)}")
+        m = _ALGO_RE.match(a)
+        if not m:
+            raise StudyError(f"algos entry {a!r}: use NAME[:PREDICTOR[:K]][@VARIANT]")
+        flags = {**grid.train, **grid.lr[lr_name], "algo": m["algo"], "seed": seed}
+        if m["pred"]:
+            flags["predictor"] = m["pred"]
+            flags["staleness"] = int(m["k"] or 1)
+        opts = dict(grid.variants.get(m["var"], {})) if m["var"] else {}
+        out.append(RunSpec(P, lr_name, a, seed, flags, opts))
+    return out
+
+
+def _flag_args(flags: dict) -> list[str]:
+    args = []
+    for k, v in flags.items():
+        name = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            args.append(name if v else "--no-" + name[2:])
+        else:
+            args += [name, str(v)]
+    return args
+
+
+def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
+    """The ``mpiexec -n P python -m minips train ...`` command of one run (every
+    option explicit; predictor options through ``OUT/predictor.toml``)."""
+    args = [mpiexec, "-n", str(spec.P), python, "-m", "minips", "train", *_flag_args(spec.flags),
+            "--out", str(out), "--quiet"]
+    if spec.predictor_options:
+        args += ["--config", str(out / "predictor.toml")]
+    return args
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:
+    """Run one grid point (unless its summary exists); returns its record."""
+    out = spec.out(root)
+    rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed}
+    if (out / "summary.json").exists():
+        return {**rec, **_record(out, grid.metric)}
+    out.mkdir(parents=True, exist_ok=True)
+    if spec.predictor_options:
+        (out / "predictor.toml").write_text(
+            "[predictor_options]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.predictor_options.items()))
+    cmd = train_command(spec, out, mpiexec)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
+    env.update(grid.env)
+    (out / "command.txt").write_text(" ".join(cmd) + "\n")
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=grid.timeout_s)
+        rc, stderr = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+    wall = time.perf_counter() - t0
+    if rc == 0 and (out / "summary.json").exists():
+        return {**rec, **_record(out, grid.metric)}
+    status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
+    result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
+              "message": stderr.strip().splitlines()[-3:] if stderr.strip() else []}
+    if status == "diverged":  # keep the record so a rerun skips it
+        (out / "summary.json").write_text(json.dumps({"status": "diverged", "stderr_tail": result["message"]}) + "\n")
+    log(f"  {status}: {' '.join(result['message'])[-300:]}")
+    return {**rec, **result}
+
+
+def _record(out: Path, metric: str) -> dict:
+    s = json.loads((out / "summary.json").read_text())
+    if s.get("status") == "diverged":
+        return {"status": "diverged", "metric": None, "wall_s": None}
+    return {"status": "ok", "metric": s.get(metric), "wall_s": s.get("wall_time_s"),
+            "step_time_s": s.get("step_time_s"), "test_loss": s.get("test_loss"),
+            "final_lr": s.get("lr"), "world_size": s.get("world_size")}
+
+
+def aggregate(records: list[dict], chance: float | None = None) -> dict:
+    """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``mean``,
+    ``std`` (sample standard deviation; 0 for one seed), ``min``, ``max`` of the
+    metric over the seeds that finished (None when none finished), and
+    ``at_chance``: finished runs whose metric is below ``chance + 0.01`` (the
+    network collapsed to a constant prediction without a non-finite loss)."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["lr"], r["label"], r["P"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        vals = [r["metric"] for r in rs if r.get("status") == "ok" and r.get("metric") is not None]
+        out[key] = {"n": len(rs), "n_ok": len(vals), "diverged": sum(r.get("status") == "diverged" for r in rs),
+                    "failed": sum(r.get("status") in ("failed", "timeout") for r in rs),
+                    "mean": statistics.fmean(vals) if vals else None,
+                    "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
+                    "min": min(vals) if vals else None, "max": max(vals) if vals else None,
+                    "at_chance": sum(v < chance + 0.01 for v in vals) if chance is not None else 0,
+                    "values": vals}
+    return out
+
+
+def _cell(a: dict | None, digits: int) -> str:
+    if not a:
+        return "-"
+    if a["mean"] is None:
+        return f"div {a['diverged']}/{a['n']}" if a["diverged"] else f"failed {a['failed']}/{a['n']}"
+    s = f"{a['mean']:.{digits}f} ± {a['std']:.{digits}f}"
+    if a["n_ok"] > 1:
+        s += f" ({a['min']:.{digits}f}-{a['max']:.{digits}f})"
+    notes = []
+    if a["at_chance"]:
+        notes.append(f"{a['at_chance']} at chance")
+    if a["n_ok"] < a["n"]:
+        notes.append(f"{a['diverged']} div" if a["diverged"] else f"{a['n'] - a['n_ok']} failed")
+    return s + (f" [{', '.join(notes)}]" if notes else "")
+
+
+def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
+    """Tables: per learning-rate setting, algorithm rows x P columns of
+    ``mean ± std (min-max)`` over seeds, then the gap of each mean to sync's."""
+    agg = aggregate(records, grid.chance)
+    digits = 2 if grid.metric == "bleu" else 4
+    lines = [f"# {title or 'study'}: {grid.metric} (mean ± sample std (min-max) over seeds)", "",
+             "Cells: mean ± sample standard deviation (min-max) over the seeds that finished; "
+             "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
+             "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
+             f"grid: `{grid.source}`; seeds {grid.seeds}; train options: "
+             + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
+    ranks = sorted({r["P"] for r in records})
+    labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
+    for lr_name, lr_opts in grid.lr.items():
+        if not any(r["lr"] == lr_name for r in records):
+            continue
+        lines += [f"## lr setting `{lr_name}`: " + ", ".join(f"{k}={v}" for k, v in lr_opts.items()), ""]
+        lines += ["| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
+        for lab in labels:
+            lines.append(f"| {lab} | " + " | ".join(_cell(agg.get((lr_name, lab, P)), digits) for P in ranks) + " |")
+        ref = "sync" if "sync" in labels else None
+        if ref:
+            lines += ["", f"difference of the mean from sync's ({'BLEU points' if grid.metric == 'bleu' else 'accuracy'}):",
+                      "", "| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
+            for lab in labels:
+                if lab == ref:
+                    continue
+                cells = []
+                for P in ranks:
+                    a, s = agg.get((lr_name, lab, P)), agg.get((lr_name, ref, P))
+                    if a and s and a["mean"] is not None and s["mean"] is not None:
+                        cells.append(f"{a['mean'] - s['mean']:+.{digits}f}")
+                    else:
+                        cells.append("-")
+                lines.append(f"| {lab} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", stem: str = "study") -> list[Path]:
+    """One PNG per learning-rate setting: the metric against P per algorithm
+    (mean over seeds, bars = min-max; diverged runs marked)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(records, grid.chance)
+    paths = []
+    ranks = sorted({r["P"] for r in records})
+    for lr_name in grid.lr:
+        if not any(r["lr"] == lr_name for r in records):
+            continue
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
+        width = 0.8 / max(1, len(labels))
+        for i, lab in enumerate(labels):
+            xs, ys, lo, hi = [], [], [], []
+            for j, P in enumerate(ranks):
+                a = agg.get((lr_name, lab, P))
+                if a and a["mean"] is not None:
+                    x = j + (i - (len(labels) - 1) / 2) * width
+                    xs.append(x), ys.append(a["mean"]), lo.append(a["mean"] - a["min"]), hi.append(a["max"] - a["mean"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=4, capsize=2, label=lab)
+        ax.set_xticks(range(len(ranks)), [f"P={P}" for P in ranks])
+        ax.set_ylabel(grid.metric.replace("_", " "))
+        ax.grid(alpha=0.3, axis="y")
+        ax.set_title(f"{title} ({lr_name}): mean over seeds, bars min-max")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        p = out_dir / f"{stem}-{lr_name}.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` next to this Python (the mpich wheel in a venv), else the
+    one on PATH, else None."""
+    sibling = Path(sys.executable).parent / "mpiexec"
+    return str(sibling) if sibling.exists() else shutil.which("mpiexec")
+
+
+def _split(s):
+    return [x.strip() for x in s.split(",") if x.strip()] if s else None
+
+
+def run(args) -> int:
+    grid = load_grid(args.grid)
+    root = Path(args.out)
+    ranks = [int(x) for x in _split(args.ranks)] if args.ranks else None
+    seeds = [int(x) for x in _split(args.seeds)] if args.seeds else None
+    specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
+    mpiexec = find_mpiexec()
+    if mpiexec is None and not args.report_only and not args.dry_run:
+        raise StudyError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
+                         "or load your site's MPI module")
+    if args.dry_run:
+        for s in specs:
+            print(" ".join(train_command(s, s.out(root), mpiexec or "mpiexec")))
+        return 0
+    root.mkdir(parents=True, exist_ok=True)
+    logf = open(root / "study.log", "a")
+
+    def log(msg):
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    records = []
+    if not args.report_only:
+        log(f"study {grid.source}: {len(specs)} runs -> {root}")
+        failures = 0
+        for i, s in enumerate(specs):
+            while (root / "PAUSE").exists():
+                time.sleep(5)
+            done = (s.out(root) / "summary.json").exists()
+            rec = run_one(s, root, grid, mpiexec, log)
+            records.append(rec)
+            if not done:
+                m = rec.get("metric")
+                log(f"{i + 1}/{len(specs)} P={s.P} {s.lr_name} {s.label} seed {s.seed}: {rec['status']}"
+                    + (f" {grid.metric} {m:.4f}" if m is not None else "")
+                    + (f" ({rec['wall_s']:.0f} s)" if rec.get("wall_s") else ""))
+                failures = failures + 1 if rec["status"] == "failed" else 0
+                if failures >= 3:
+                    raise StudyError(f"three runs in a row failed (see {root / 'study.log'} and the runs' "
+                                     "command.txt); fix the grid and run the same command again")
+    else:
+        records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed, **_record(s.out(root), grid.metric)}
+                   for s in specs if (s.out(root) / "summary.json").exists()]
+    if not records:
+        print("no finished runs yet")
+        return 1
+    stem = Path(grid.source).stem
+    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records}, indent=2) + "\n")
+    report = markdown_report(grid, records, args.title or stem)
+    (root / f"{stem}.md").write_text(report + "\n")
+    plot_study(grid, records, root, args.title or stem, stem)
+    print("\n" + report)
+    return 0
+
+
+@register_bench("study", help="convergence study: a grid of train runs under mpiexec; accuracy tables")
+def add_arguments(p):
+    p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
+    p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")
+    p.add_argument("--ranks", help="only these rank counts, e.g. 2,4")
+    p.add_argument("--seeds", help="only these seeds, e.g. 0")
+    p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
+    p.add_argument("--algos", help="only these algos entries")
+    p.add_argument("--title", help="title of the report")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--report-only", action="store_true", help="aggregate the finished runs, run nothing")
+    p.set_defaults(func=run)

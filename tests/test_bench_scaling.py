@@ -1,0 +1,62 @@
+"""bench scaling: argument checks, and a tiny smoke run (mlp, ranks 1 and 2, a few steps)."""
+import json
+import shutil
+import sys
+
+import pytest
+
+from minips.bench import scaling
+from minips.bench.scaling import ScalingError, parse_algos, parse_ranks
+
+from .conftest import run_cli
+
+
+def test_parse_ranks_and_algos():
+    assert parse_ranks("2,1,4,2") == [1, 2, 4]
+    for bad, msg in (("0", "must be >= 1"), ("1,-2", "must be >= 1"), ("a", "comma-separated integers"),
+                     ("", "empty")):
+        with pytest.raises(ScalingError, match=msg):
+            parse_ranks(bad)
+    a = parse_algos("sync,pseudo-sync,pseudo-sync:last:2")
+    assert [e["label"] for e in a] == ["sync", "pseudo-sync", "pseudo-sync:last:2"]
+    assert a[1]["predictor"] == "adaptive" and a[1]["staleness"] == 1 and a[2]["staleness"] == 2
+    for bad in ("gossip", "sync:last", ""):
+        with pytest.raises(ScalingError):
+            parse_algos(bad)
+
+
+def test_missing_mpiexec_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(ScalingError, match="mpiexec not found"):
+        scaling._mpiexec()
+
+
+def test_bad_ranks_from_the_command_line():
+    r = run_cli(["bench", "scaling", "--ranks", "0"], timeout=60)
+    assert r.returncode == 2 and "rank counts must be >= 1" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.mpi
+def test_bench_scaling_smoke(tmp_path):
+    js = tmp_path / "s.json"
+    r = run_cli(["bench", "scaling", "--model", "mlp", "--ranks", "1,2", "--algos", "sync,pseudo-sync:last",
+                 "--steps", "8", "--repeats", "1", "--batch-size", "64", "--out", str(tmp_path / "runs"),
+                 "--project-networks", "ib-edr,1gbe", "--project-max", "128", "--json", str(js),
+                 "--plot", str(tmp_path / "m.png"), "--plot-projection", str(tmp_path / "p.png")], timeout=240)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(js.read_text())
+    rows = {(m["label"], m["P"]): m for m in res["measured"]}
+    assert set(rows) == {("sync", 1), ("sync", 2), ("pseudo-sync:last", 1), ("pseudo-sync:last", 2)}
+    assert rows[("sync", 1)]["efficiency"] == 1.0 and rows[("sync", 2)]["efficiency"] > 0
+    assert rows[("sync", 2)]["comm_alone_s"] > 0
+    assert {c["label"] for c in res["model_check"]} == {"sync", "pseudo-sync:last"}
+    edr = res["projection"]["ib-edr"]["algos"]
+    assert edr["sync"]["P"] == [1, 2, 4, 8, 16, 32, 64, 128] and edr["sync"]["efficiency"][0] == 1.0
+    assert res["grad_bytes"] > 0 and sum(res["buckets"]) == res["grad_bytes"]
+    assert (tmp_path / "m.png").stat().st_size > 1000 and (tmp_path / "p.png").stat().st_size > 1000
+    assert "weak" not in r.stderr and "projected E(P)" in r.stdout
+    # the model and plots again from the JSON, running nothing
+    r = run_cli(["bench", "scaling", "--from-json", str(js), "--project-networks", "10gbe"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "10 GbE" in r.stdout and "predicted vs measured" in r.stdout

@@ -1,0 +1,108 @@
+"""bench study: grid parsing, aggregation, and a tiny resumable run (mlp, 1 epoch)."""
+import json
+
+import pytest
+
+from minips.bench.study import StudyError, aggregate, expand, load_grid, markdown_report, train_command
+
+from .conftest import run_cli
+
+GRID = """
+ranks = [1, 2]
+seeds = [0]
+algos = ["sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@fixed"]
+timeout_s = 120
+
+[train]
+model = "mlp"
+data = "fashion-mnist-mini"
+epochs = 1
+batch-size = 100
+nesterov = true
+
+[lr.base]
+lr = 0.05
+scale-lr = false
+
+[lr.huge]
+lr = 1000.0
+scale-lr = false
+
+[variants.fixed]
+adapt_lambda = false
+lambda0 = 0.5
+
+[env]
+NUMBA_NUM_THREADS = "1"
+"""
+
+
+def write(tmp_path, text=GRID):
+    p = tmp_path / "grid.toml"
+    p.write_text(text)
+    return p
+
+
+def test_load_and_expand(tmp_path):
+    g = load_grid(write(tmp_path))
+    specs = expand(g)
+    assert len(specs) == 2 * 2 * 3
+    # seeds outermost, then lr setting, then ranks, then algorithm
+    assert [(s.lr_name, s.P, s.label) for s in specs[:4]] == [
+        ("base", 1, "sync"), ("base", 1, "pseudo-sync:last:1"), ("base", 1, "pseudo-sync:adaptive:2@fixed"),
+        ("base", 2, "sync")]
+    s = specs[2]
+    assert s.flags["predictor"] == "adaptive" and s.flags["staleness"] == 2 and s.flags["lr"] == 0.05
+    assert s.predictor_options == {"adapt_lambda": False, "lambda0": 0.5}
+    cmd = train_command(s, tmp_path / "o", "mpiexec")
+    assert cmd[:3] == ["mpiexec", "-n", "1"] and "--nesterov" in cmd and "--no-scale-lr" in cmd
+    assert cmd[cmd.index("--config") + 1] == str(tmp_path / "o" / "predictor.toml")
+    assert len(expand(g, ranks=[2], lrs=["huge"])) == 3
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("ranks = [1]\n", "missing key 'seeds'"),
+    (GRID.replace('"sync",', '"sync::",'), "use NAME"),
+    (GRID.replace("@fixed", "@nope"), "no \\[variants.nope\\] table"),
+    (GRID.replace("ranks = [1, 2]", "ranks = [0]"), "ranks must be"),
+    ("bogus = 1\n" + GRID, "unknown key"),
+])
+def test_bad_grids(tmp_path, text, msg):
+    with pytest.raises(StudyError, match=msg):
+        load_grid(write(tmp_path, text))
+
+
+def test_aggregate_and_report(tmp_path):
+    g = load_grid(write(tmp_path))
+    recs = [{"P": 2, "lr": "base", "label": "sync", "seed": s, "status": "ok", "metric": m}
+            for s, m in enumerate([0.80, 0.82, 0.84])]
+    recs += [{"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 0, "status": "ok", "metric": 0.78},
+             {"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 2, "status": "ok", "metric": 0.1},
+             {"P": 2, "lr": "base", "label": "pseudo-sync:last:1", "seed": 1, "status": "diverged", "metric": None}]
+    a = aggregate(recs)
+    s = a[("base", "sync", 2)]
+    assert s["mean"] == pytest.approx(0.82) and s["std"] == pytest.approx(0.02) and (s["min"], s["max"]) == (0.8, 0.84)
+    last = a[("base", "pseudo-sync:last:1", 2)]
+    assert last["n"] == 3 and last["n_ok"] == 2 and last["diverged"] == 1 and last["at_chance"] == 0
+    assert aggregate(recs, chance=0.1)[("base", "pseudo-sync:last:1", 2)]["at_chance"] == 1
+    md = markdown_report(g, recs)
+    assert "0.8200 ± 0.0200 (0.8000-0.8400)" in md and "[1 at chance, 1 div]" in md and "-0.3800" in md
+
+
+@pytest.mark.mpi
+def test_study_smoke_resumes_and_records_divergence(tmp_path):
+    grid = write(tmp_path, GRID.replace('ranks = [1, 2]', 'ranks = [2]'))
+    out = tmp_path / "study"
+    args = ["bench", "study", str(grid), "--out", str(out), "--algos", "sync,pseudo-sync:adaptive:2@fixed"]
+    r = run_cli(args + ["--lr", "base"], timeout=240)
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = json.loads((out / "grid.json").read_text())
+    assert {x["label"] for x in res["runs"]} == {"sync", "pseudo-sync:adaptive:2@fixed"}
+    assert all(x["status"] == "ok" and x["metric"] > 0.5 for x in res["runs"])
+    assert (out / "runs/P2/base/pseudo-sync-adaptive-2_fixed/seed0/predictor.toml").read_text().count("=") == 2
+    assert (out / "grid-base.png").exists() and "sync" in (out / "grid.md").read_text()
+    r = run_cli(args + ["--lr", "base"], timeout=60)       # everything done: nothing reruns
+    assert r.returncode == 0 and "/2 P=" not in r.stdout
+    r = run_cli(args + ["--lr", "huge", "--algos", "sync"], timeout=240)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "diverged" in r.stdout

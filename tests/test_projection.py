@@ -1,0 +1,111 @@
+"""The scaling projection (minips.dist.projection) against hand-computed cases."""
+import math
+
+import pytest
+
+from minips.dist.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
+from minips.dist.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
+                                    rabenseifner_allreduce_time, step_time_overlap_sync, step_time_pseudo_sync,
+                                    step_time_sync, weak_scaling_efficiency)
+
+NET = NetworkModel(1e-6, 1e-9, "hand")   # 1 us, 1 GB/s
+
+
+def test_ring_and_rabenseifner_by_hand():
+    # ring, P = 4, 1 MB: 2*3*1us + 2*3/4 * 1e6 B * 1 ns/B = 6 us + 1.5 ms
+    assert ring_allreduce_time(1e6, 4, 1e-6, 1e-9) == pytest.approx(1.506e-3)
+    assert allreduce_time(1e6, 4, NET) == pytest.approx(1.506e-3)
+    # Rabenseifner, P = 8: 2*log2(8)*1us + 2*7/8 * 1e6 * 1e-9 = 6 us + 1.75 ms
+    assert rabenseifner_allreduce_time(1e6, 8, 1e-6, 1e-9) == pytest.approx(1.756e-3)
+    assert allreduce_time(1e6, 8, NET, "rabenseifner") == pytest.approx(1.756e-3)
+    # ... and the ring at P = 8 pays 14 latencies instead of 6
+    assert allreduce_time(1e6, 8, NET) == pytest.approx(14e-6 + 1.75e-3)
+    assert allreduce_time(1e6, 1, NET) == 0.0 and rabenseifner_allreduce_time(1e6, 1, 1e-6, 1e-9) == 0.0
+    with pytest.raises(ValueError, match="ring or rabenseifner"):
+        allreduce_time(1e6, 4, NET, "tree")
+    with pytest.raises(ValueError, match="P must be >= 1"):
+        rabenseifner_allreduce_time(1e6, 0, 1e-6, 1e-9)
+
+
+PROF = StepProfile(forward=0.02, backward=0.03, update=0.0, predict=0.01, other=0.0, grad_bytes=1e6,
+                   buckets=(3e5, 7e5))
+
+
+def test_sync_step_is_compute_plus_allreduce():
+    # compute 50 ms (no predictor in sync) + 1.506 ms
+    assert step_time_sync(PROF, 4, NET) == pytest.approx(0.05 + 1.506e-3)
+    assert step_time_sync(PROF, 1, NET) == pytest.approx(0.05)
+
+
+def test_overlap_sync_hides_all_but_the_last_bucket():
+    a1 = 6e-6 + 1.5 * 3e5 * 1e-9   # 0.456 ms
+    a2 = 6e-6 + 1.5 * 7e5 * 1e-9   # 1.056 ms
+    assert step_time_overlap_sync(PROF, 4, NET) == pytest.approx(0.05 + a2)
+    # phi = 1: the hidden first bucket costs its full time after all
+    assert step_time_overlap_sync(PROF, 4, NET, interference=1.0) == pytest.approx(0.05 + a1 + a2)
+    # one bucket: nothing to hide, same as sync
+    one = StepProfile(0.02, 0.03, grad_bytes=1e6)
+    assert step_time_overlap_sync(one, 4, NET) == pytest.approx(step_time_sync(one, 4, NET))
+    # backward shorter than the first bucket: only backward's worth is hidden
+    short = StepProfile(0.0, 1e-4, grad_bytes=1e6, buckets=(3e5, 7e5))
+    assert step_time_overlap_sync(short, 4, NET) == pytest.approx(1e-4 + (a1 + a2 - 1e-4))
+
+
+def test_pseudo_sync_is_max_of_compute_and_allreduce():
+    # C = 50 ms compute + 10 ms predictor; A = 1.506 ms is hidden
+    assert step_time_pseudo_sync(PROF, 4, NET) == pytest.approx(0.06)
+    assert step_time_pseudo_sync(PROF, 4, NET, interference=1.0) == pytest.approx(0.06 + 1.506e-3)
+    slow = NetworkModel(0.0, 1e-7 / 1.5, "slow")   # A = 2*3/4 * 1e6 * 1e-7/1.5 = 0.1 s at P = 4
+    assert allreduce_time(1e6, 4, slow) == pytest.approx(0.1)
+    assert step_time_pseudo_sync(PROF, 4, slow) == pytest.approx(0.1)
+    # phi = 0.5: 60 ms compute + 0.5 * 60 ms + (100 - 60) ms exposed
+    assert step_time_pseudo_sync(PROF, 4, slow, interference=0.5) == pytest.approx(0.13)
+    with pytest.raises(ValueError, match="interference must be in"):
+        step_time_pseudo_sync(PROF, 4, NET, interference=1.5)
+
+
+def test_projection_efficiencies_by_hand():
+    res = project({"sync": PROF, "pseudo-sync": PROF}, NET, [1, 4, 64])
+    assert res["sync"]["efficiency"][0] == 1.0 and res["pseudo-sync"]["efficiency"][0] == 1.0
+    # sync at P = 4: 50 / 51.506 ms
+    assert res["sync"]["efficiency"][1] == pytest.approx(0.05 / 0.051506)
+    # P = 64: A = 2*63*1us + 2*63/64 * 1 ms = 0.126 ms + 1.96875 ms
+    a64 = 126e-6 + 2 * 63 / 64 * 1e-3
+    assert res["sync"]["comm_s"][2] == pytest.approx(a64)
+    assert res["sync"]["efficiency"][2] == pytest.approx(0.05 / (0.05 + a64))
+    assert res["pseudo-sync"]["efficiency"][2] == pytest.approx(1.0)
+    # ... but its 10 ms predictor makes each step 60 ms against sync's 50 ms on one node
+    assert res["pseudo-sync"]["vs_sync_1"][2] == pytest.approx(0.05 / 0.06)
+    assert res["sync"]["vs_sync_1"][1] == pytest.approx(res["sync"]["efficiency"][1])
+    # EDR preset: 100 Gb/s of data (4 x 25.78125 Gb/s, 64b/66b), 1 us
+    edr = NETWORKS["ib-edr"]
+    assert edr.bandwidth_gbps == pytest.approx(100.0)
+    e = project({"sync": PROF}, "ib-edr", [128])["sync"]["efficiency"][0]
+    a = 2 * 127 * 1e-6 + 2 * 127 / 128 * 1e6 * 8 / 100e9
+    assert e == pytest.approx(0.05 / (0.05 + a))
+    with pytest.raises(ValueError, match="no step-time model"):
+        project({"gossip": PROF}, NET, [2])
+
+
+def test_efficiency_and_interference_helpers():
+    assert weak_scaling_efficiency(0.05, 0.0625) == pytest.approx(0.8)
+    with pytest.raises(ValueError):
+        weak_scaling_efficiency(0.0, 1.0)
+    # C = 1 s, A = 0.5 s; overlapped: compute 1.2 s + wait 0.1 s = 1.3 s -> phi = 0.3 / 0.5
+    assert interference_from_overlap(1.0, 1.2, 0.1, 0.5) == pytest.approx(0.6)
+    assert interference_from_overlap(1.0, 1.0, 0.0, 0.5) == 0.0          # perfectly hidden
+    assert interference_from_overlap(1.0, 1.0, 0.5, 0.5) == 1.0          # nothing progressed
+    assert interference_from_overlap(1.0, 1.0, 0.9, 0.5) == 1.0          # worse than serial: clipped
+
+
+def test_profile_checks_and_from_summary():
+    with pytest.raises(ValueError, match="forward must be >= 0"):
+        StepProfile(-1.0, 0.0)
+    with pytest.raises(ValueError, match="buckets sum"):
+        StepProfile(0.0, 0.0, grad_bytes=10, buckets=(3, 3))
+    s = {"step_time_s": 0.1, "time_breakdown": {"forward": 0.03, "backward": 0.04, "post": 0.001, "wait": 0.005,
+                                                "predict": 0.01, "update": 0.002}}
+    p = StepProfile.from_summary(s, 4000, (1000, 3000))
+    assert p.other == pytest.approx(0.1 - 0.088)
+    assert p.compute == pytest.approx(0.03 + 0.04 + 0.002 + 0.012)
+    assert math.isclose(p.predict, 0.01)
