@@ -37,7 +37,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
-from minips import nn
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.dist.algorithms import make_algorithm
@@ -114,24 +113,23 @@ say(f"{1e3 * t_end:7.2f} ms  backward done")
 
 # %% [markdown]
 # `classifier.0.weight` holds 95% of the bytes. Its layer is one of the first that backward
-# reaches, so in principle its gradient can be ready early, and its bucket can travel
-# while the convolutions' backward (most of the arithmetic) runs. Whether it *is* ready
-# early depends on the order in which `backward` visits the graph: `Linear` computes
-# `x @ W.T`, so `W` reaches the product through a `Transpose` node, and
-# `minips/autograd.py::_topological_order` is free to visit that node right after the
-# product or only after everything that produced `x`: both orders are correct, only one
-# is good for overlap. The next cell says what this version of minips does.
+# reaches, so its gradient can be ready early, and its bucket can travel while the
+# convolutions' backward (most of the arithmetic) runs. Whether it *is* ready early depends
+# on the order in which `backward` visits the graph. `Linear` computes `x @ W.T`, so `W`
+# reaches the product through a `Transpose` node. Any topological order is *correct*, but
+# a depth-first one may visit that little node only after everything that produced `x`,
+# i.e. at the very end. minips sorts the nodes by creation time, newest first
+# (`minips/autograd.py::_topological_order`): that is a valid order, because a node is
+# always created after its inputs, and it visits the `Transpose` right after the product,
+# as the forward pass created them. (An earlier minips used the depth-first order, and
+# overlap-sync hid almost nothing on the ConvNet; `tests/test_autograd.py::
+# test_leaf_gradients_complete_in_reverse_layer_order` keeps it from coming back.)
 
 # %%
 big = "classifier.0.weight"
 frac_big = (ready[big] - t0) / t_end
-if frac_big < 0.5:
-    say(f"{big} is ready after {frac_big:.0%} of the backward pass: its bucket can be averaged while the "
-        "convolutions' backward runs.")
-else:
-    say(f"{big} is ready only after {frac_big:.0%} of the backward pass: backward visits the Transpose node of "
-        "W after the whole feature extractor. Its bucket cannot be posted earlier, so overlap-sync has little "
-        "backward left to hide it behind (watch for this in the timeline below).")
+say(f"{big} is ready after {frac_big:.0%} of the backward pass: its bucket can be averaged while the "
+    "convolutions' backward runs.")
 
 # %% [markdown]
 # ## 3. OverlapSyncSGD: post each bucket from a hook
@@ -234,54 +232,13 @@ if comm.rank == 0:
 # - **MLP**: its big layer is the *first* one, so its gradient is necessarily the last to be
 #   ready: overlap cannot hide it, whatever the visit order.
 #
-# ### An experiment: what if `W`'s gradient were ready early?
+# The lesson of section 2 (overlap works when the order of the backward pass lets it)
+# is the one that made PyTorch DDP record the order in which gradients actually become
+# ready and build its buckets in that order.
 #
-# If section 2 found `classifier.0.weight` ready only at the end of backward, the cause is
-# the `Transpose` node between `W` and the product. A layer that stores the weight already
-# transposed, `y = x @ Wt + b`, computes the same function with no `Transpose` node, so
-# `Wt`'s gradient is complete right after the product's backward. Swapping the ConvNet's two
-# `Linear` layers for such a layer changes nothing in the maths, only *when* the big
-# gradient is ready:
-
-# %%
-class LinearWt(nn.Module):
-    """y = x @ Wt + b with Wt = W.T stored as the parameter (no Transpose node)."""
-
-    def __init__(self, linear):
-        super().__init__()
-        self.weight_t = nn.Parameter(linear.weight.data.T.copy())
-        self.bias = nn.Parameter(linear.bias.data.copy())
-
-    def forward(self, x):
-        return x @ self.weight_t + self.bias
-
-
-def convnet_wt():
-    m = ConvNet()
-    fc1, relu, drop, fc2 = list(m.classifier)
-    m.classifier = nn.Sequential(LinearWt(fc1), relu, drop, LinearWt(fc2))
-    return m
-
-
-MODELS["convnet, W stored transposed"] = convnet_wt
-tl = instrumented_steps("overlap-sync", "convnet, W stored transposed", "1gbe", steps=pick(4, 2))
-say(f"{tl['label']}: step {1e3 * tl['total']:6.1f} ms, blocked in step() {1e3 * (tl['step'][1] - tl['step'][0]):6.1f} ms "
-    f"(overlap-sync on the plain ConvNet: {1e3 * (timelines[1]['step'][1] - timelines[1]['step'][0]):6.1f} ms)")
-for s_, e_, nb in tl["requests"]:
-    b0, b1 = tl["backward"]
-    hidden = max(0.0, min(e_, b1) - s_) / (e_ - s_) if e_ > s_ else 1.0
-    say(f"    bucket of {nb / 2**20:.2f} MB posted at {1e3 * (s_ - b0):5.1f} ms of a {1e3 * (b1 - b0):5.1f} ms "
-        f"backward; {hidden:.0%} of its flight under the backward pass")
-
-# %% [markdown]
-# With the big gradient ready early, its bucket travels during the convolutions' backward
-# and `step()` waits much less: overlap works when the order of the backward pass lets it.
-# (The same lesson made PyTorch DDP record the order in which gradients actually become
-# ready and build its buckets in that order.)
-#
-# One caveat on the emulation: it charges each request its own ring-allreduce time from its
-# own post time, so two requests in flight at once each get the full modelled bandwidth; a
-# real link would share it between them.
+# On the emulation: a request's modelled wire time starts when the link is free, so two
+# buckets in flight at once queue one behind the other, as on a real link
+# (`minips/dist/comm.py`, `_link_free`).
 #
 # ### The Trainer's view: overlap efficiency
 #
