@@ -419,9 +419,11 @@ class Trainer:
             loss = self.model.loss(batch)
         value = float(loss.data)
         if not math.isfinite(value):
+            where = self._write_trace_at_divergence()
             raise FloatingPointError(
                 f"loss is {value} at step {self.global_step} (rank {self.comm.rank}); training diverged. "
-                "Lower --lr, or check the data; the last checkpoint (if any) is kept")
+                "Lower --lr, or check the data; the last checkpoint (if any) is kept"
+                + (f"; the trace up to here is in {where}" if where else ""))
         algo.before_backward()
         with timer.phase("backward"):
             loss.backward()
@@ -461,6 +463,7 @@ class Trainer:
             "model": cfg.model, "data": cfg.data, "algo": cfg.algo,
             "predictor": cfg.predictor if cfg.algo == "pseudo-sync" else None,
             "staleness": cfg.staleness if cfg.algo == "pseudo-sync" else None,
+            "predictor_options": self.algo.predictor.options() if cfg.algo == "pseudo-sync" else None,
             "world_size": comm.size, "seed": cfg.seed, "epochs": len(self.history),
             "epochs_planned": cfg.epochs,
             "steps": self.global_step, "batch_size_per_rank": cfg.batch_size,
@@ -501,6 +504,19 @@ class Trainer:
         metric = "bleu" if summary.get("bleu") is not None else "test_accuracy"
         lines.append(f"  final {metric.replace('_', ' ')}: {summary.get(metric)}")
         return "\n".join(lines)
+
+    def _write_trace_at_divergence(self) -> Path | None:
+        """Write the per-step trace so far to ``OUT/trace-diverged-rankR.csv`` (by
+        every rank that sees the non-finite loss: the others may be aborted
+        before they could), so a diverged run can still be read. Returns the
+        path, or None when there is nothing to write."""
+        if not (self.cfg.trace and self.trace_rows):
+            return None
+        path = Path(self.cfg.out) / f"trace-diverged-rank{self.comm.rank}.csv"
+        keys = list(dict.fromkeys(k for r in self.trace_rows for k in r))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, _csv_text(keys, self.trace_rows))
+        return path
 
     def _write_outputs(self, out: Path, summary: dict) -> None:
         keys = list(self.history[0].keys()) if self.history else []

@@ -32,7 +32,7 @@ def test_literal_smoothing_readings_also_diverge(problem, name):
 def test_lookahead_and_fixed_lambda_converge(problem):
     look = run_stale_sgd(problem, "lookahead", staleness=2, lr=0.08, steps=1500, seed=1, record_every=50)
     fixed = run_stale_sgd(problem, "adaptive", staleness=2, lr=0.08, steps=1500, seed=1, record_every=50,
-                          predictor_options={"adapt_lambda": False})
+                          predictor_options={"adapt_lambda": False, "lambda0": 1.0})
     assert not look["diverged"] and look["final_loss"] < 0.05
     assert not fixed["diverged"] and fixed["final_loss"] < 0.05
 

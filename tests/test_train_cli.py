@@ -44,6 +44,15 @@ def test_config_file_and_flag_override(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
     assert s["lr"] == 0.02 and s["batch_size_per_rank"] == 500 and s["steps"] == 20
+    assert s["predictor_options"] is None  # sync has no predictor
+    # a predictor's options, defaults included, are recorded with the run
+    cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync"\nquiet = true\n'
+                   '[predictor_options]\nrho = 0.5\n')
+    r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    opts = json.loads((out / "summary.json").read_text())["predictor_options"]
+    assert opts["rho"] == 0.5 and opts["staleness"] == 2
+    assert opts["h_max"] == 10.0 and opts["lambda0"] == 0.0  # the documented defaults
     cfg.write_text('model = "mlp"\nlearning_rate = 0.1\n')
     r = run_cli(["train", "--config", str(cfg)])
     assert r.returncode == 2
@@ -73,6 +82,12 @@ def test_nan_loss_stops_with_the_step(tmp_path):
                  "--out", str(tmp_path / "x")])
     assert r.returncode == 2
     assert "training diverged" in r.stderr and "at step" in r.stderr
+    # the trace up to the divergence is kept, ending at the last finite step
+    trace = (tmp_path / "x" / "trace-diverged-rank0.csv").read_text().splitlines()
+    assert "trace-diverged-rank0.csv" in r.stderr
+    step = int(r.stderr.split("at step ")[1].split()[0])
+    assert trace[0].startswith("step,") and len(trace) == 1 + step
+    assert int(trace[-1].split(",")[0]) == step - 1
 
 
 def _weights(path):

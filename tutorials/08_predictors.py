@@ -247,7 +247,7 @@ print(inspect.getsource(AdaptivePredictor._update_confidence))
 
 # %%
 runs["adaptive, lambda = 1"] = run_stale_sgd(problem, "adaptive", staleness=K, lr=LR, steps=steps, record_every=5,
-                                             predictor_options={"adapt_lambda": False})
+                                             predictor_options={"adapt_lambda": False, "lambda0": 1.0})
 runs["adaptive"] = run_stale_sgd(problem, "adaptive", staleness=K, lr=LR, steps=steps, record_every=1)
 runs["lookahead"] = run_stale_sgd(problem, "lookahead", staleness=K, lr=LR, steps=steps, record_every=5)
 for name, r in runs.items():

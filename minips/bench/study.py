@@ -330,9 +330,11 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
     for lr_name in grid.lr:
         if not any(r["lr"] == lr_name for r in records):
             continue
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
         labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
         width = 0.8 / max(1, len(labels))
+        colors = plt.get_cmap("tab20").colors  # tab10 repeats after ten algorithms
+        markers = "osD^v<>p*hX"
         for i, lab in enumerate(labels):
             xs, ys, lo, hi = [], [], [], []
             for j, P in enumerate(ranks):
@@ -341,12 +343,13 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
                     x = j + (i - (len(labels) - 1) / 2) * width
                     xs.append(x), ys.append(a["mean"]), lo.append(a["mean"] - a["min"]), hi.append(a["max"] - a["mean"])
             if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=4, capsize=2, label=lab)
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=markers[i % len(markers)], ms=4, capsize=2, label=lab,
+                            color=colors[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20])
         ax.set_xticks(range(len(ranks)), [f"P={P}" for P in ranks])
         ax.set_ylabel(grid.metric.replace("_", " "))
         ax.grid(alpha=0.3, axis="y")
         ax.set_title(f"{title} ({lr_name}): mean over seeds, bars min-max")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         p = out_dir / f"{stem}-{lr_name}.png"
         fig.savefig(p, dpi=120)

@@ -58,6 +58,15 @@ class Predictor:
     #: None); kept with the forecast to score it when its gradient arrives.
     last_correction = None
 
+    #: names of the constructor's options, recorded by :meth:`options`
+    OPTIONS: tuple = ()
+
+    def options(self) -> dict:
+        """The predictor's options as constructed (defaults included), e.g.
+        ``{"rho": 0.9, ...}``; the Trainer writes them to summary.json so a run
+        says exactly which predictor it used."""
+        return {"staleness": self.k, **{n: getattr(self, n) for n in self.OPTIONS}}
+
     def __init__(self, staleness: int = 1):
         if staleness < 1:
             raise ValueError(f"staleness must be >= 1, got {staleness}")
@@ -137,6 +146,7 @@ class EMAPredictor(Predictor):
     """
 
     name = "ema"
+    OPTIONS = ("alpha",)
 
     def __init__(self, staleness: int = 1, alpha: float = 0.5):
         super().__init__(staleness)
@@ -172,6 +182,7 @@ class HoltPredictor(Predictor):
     """
 
     name = "holt"
+    OPTIONS = ("alpha", "beta")
 
     def __init__(self, staleness: int = 1, alpha: float = 0.5, beta: float = 0.1):
         super().__init__(staleness)
@@ -247,8 +258,12 @@ class AdaptivePredictor(Predictor):
     Args:
         rho: smoothing of the curvature statistics (default 0.9).
         rho_l: smoothing of the confidence regression (default 0.99).
-        h_max: upper clip of the curvature (default 50).
-        lambda0: initial confidence (default 1).
+        h_max: upper clip of the curvature (default 10).
+        lambda0: initial confidence (default 0: behave like ``last`` until the
+            regression has evidence that the corrections help).
+        Defaults from the tuning sweep in docs/results.md (section 4.3): with
+        lambda0 = 1 and h_max = 50, the corrections made from the first few,
+        noisy secants collapsed a ConvNet on full Fashion-MNIST.
         eps: guards the division in h (default 1e-12).
         adapt_lambda: if False, lambda stays at lambda0 (an ablation).
         fused: do steps 1-2 in one pass with the Numba kernel
@@ -261,9 +276,10 @@ class AdaptivePredictor(Predictor):
     """
 
     name = "adaptive"
+    OPTIONS = ("rho", "rho_l", "h_max", "lambda0", "eps", "adapt_lambda", "fused")
 
-    def __init__(self, staleness: int = 1, rho: float = 0.9, rho_l: float = 0.99, h_max: float = 50.0,
-                 lambda0: float = 1.0, eps: float = 1e-12, adapt_lambda: bool = True, fused: bool = True):
+    def __init__(self, staleness: int = 1, rho: float = 0.9, rho_l: float = 0.99, h_max: float = 10.0,
+                 lambda0: float = 0.0, eps: float = 1e-12, adapt_lambda: bool = True, fused: bool = True):
         super().__init__(staleness)
         for nm, v in (("rho", rho), ("rho_l", rho_l)):
             if not 0 <= v < 1:
@@ -274,7 +290,7 @@ class AdaptivePredictor(Predictor):
             raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {lambda0}")
         self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps
         self.adapt_lambda, self.fused = adapt_lambda, fused
-        self.lam = float(lambda0)
+        self.lambda0 = self.lam = float(lambda0)
         self.num = self.den = 0.0
         self.Sgw = self.Sww = self.h = None
         self.G_prev = self.w_prev = None  # the previous arrival, for the secant
