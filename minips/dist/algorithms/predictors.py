@@ -295,11 +295,14 @@ class AdaptivePredictor(Predictor):
         self.Sgw = self.Sww = self.h = None
         self.G_prev = self.w_prev = None  # the previous arrival, for the secant
 
-    # Step 3 of the docstring: the confidence regression, at the arrival of G_j.
-    # sums["ac"] = <a_j, c_j> with a_j = G_j - G_{j-k}; sums["cc"] = <c_j, c_j>.
     def on_arrival(self, sums):
-        self.num = self.rho_l * self.num + (1 - self.rho_l) * sums["ac"]
-        self.den = self.rho_l * self.den + (1 - self.rho_l) * sums["cc"]
+        # sums["ac"] = <a_j, c_j> with a_j = G_j - G_{j-k}; sums["cc"] = <c_j, c_j>
+        self._update_confidence(sums["ac"], sums["cc"])
+
+    # Step 3 of the docstring: the confidence regression, at the arrival of G_j.
+    def _update_confidence(self, ac, cc):
+        self.num = self.rho_l * self.num + (1 - self.rho_l) * ac
+        self.den = self.rho_l * self.den + (1 - self.rho_l) * cc
         if self.adapt_lambda and self.den > 0:
             self.lam = float(np.clip(self.num / self.den, 0.0, 1.0))
 
