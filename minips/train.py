@@ -26,6 +26,21 @@ from .timing import PHASES
 __all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "train"]
 
 
+def read_toml(path, error: type[Exception], missing: str) -> dict:
+    """Parse the TOML file ``path`` (tomllib). Raises ``error(missing)`` when
+    the file does not exist and ``error`` naming the file and the parse error
+    when it is not valid TOML."""
+    import tomllib
+
+    p = Path(path)
+    if not p.exists():
+        raise error(missing)
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"{p}: not valid TOML: {e}") from None
+
+
 class ConfigError(ValueError):
     """A bad option value or config file; the message says how to fix it."""
 
@@ -104,15 +119,8 @@ def load_config(path) -> dict:
         ConfigError: missing file, TOML syntax error, or an unknown key (the
             valid keys are listed).
     """
-    import tomllib
-
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file {p} does not exist")
-    try:
-        raw = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    raw = read_toml(p, ConfigError, f"config file {p} does not exist")
     valid = set(config_fields())
     out = {}
     for k, v in raw.items():

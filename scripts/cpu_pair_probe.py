@@ -10,7 +10,6 @@ other users' work, each gets less.
 import os
 import subprocess
 import sys
-import time
 
 CHILD = """
 import time, numpy as np

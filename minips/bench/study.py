@@ -112,15 +112,10 @@ def load_grid(path) -> Grid:
         StudyError: missing file, bad TOML, a missing key, a malformed ``algos``
             entry, or an ``@variant`` that has no ``[variants.NAME]`` table.
     """
-    import tomllib
+    from ..train import read_toml
 
     p = Path(path)
-    if not p.exists():
-        raise StudyError(f"grid file {p} does not exist (see configs/study-*.toml for examples)")
-    try:
-        raw = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise StudyError(f"{p}: not valid TOML: {e}") from None
+    raw = read_toml(p, StudyError, f"grid file {p} does not exist (see configs/study-*.toml for examples)")
     for key in ("ranks", "seeds", "algos", "train", "lr"):
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")

@@ -33,13 +33,19 @@ def ring_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> flo
     Raises:
         ValueError: P < 1 or negative sizes/parameters.
     """
+    check_allreduce_args(nbytes, P, alpha, beta)
+    if P == 1:
+        return 0.0
+    return 2 * (P - 1) * alpha + 2 * (P - 1) / P * nbytes * beta
+
+
+def check_allreduce_args(nbytes: float, P: int, alpha: float, beta: float) -> None:
+    """Raise ValueError unless P >= 1 and the size and the parameters are >= 0
+    (shared by every allreduce time model)."""
     if P < 1:
         raise ValueError(f"P must be >= 1, got {P}")
     if nbytes < 0 or alpha < 0 or beta < 0:
         raise ValueError("nbytes, alpha and beta must be >= 0")
-    if P == 1:
-        return 0.0
-    return 2 * (P - 1) * alpha + 2 * (P - 1) / P * nbytes * beta
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costmodel import NetworkModel, parse_network, ring_allreduce_time
+from .costmodel import NetworkModel, check_allreduce_args, parse_network, ring_allreduce_time
 
 __all__ = ["StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time_sync",
            "step_time_overlap_sync", "step_time_pseudo_sync", "STEP_TIME", "weak_scaling_efficiency",
@@ -112,10 +112,7 @@ def rabenseifner_allreduce_time(nbytes: float, P: int, alpha: float, beta: float
     Raises:
         ValueError: P < 1 or negative sizes/parameters.
     """
-    if P < 1:
-        raise ValueError(f"P must be >= 1, got {P}")
-    if nbytes < 0 or alpha < 0 or beta < 0:
-        raise ValueError("nbytes, alpha and beta must be >= 0")
+    check_allreduce_args(nbytes, P, alpha, beta)
     if P == 1:
         return 0.0
     return 2 * math.log2(P) * alpha + 2 * (P - 1) / P * nbytes * beta
