@@ -29,9 +29,22 @@ def _limit_blas_threads():
         local = 1
     if local > 1:
         cores = len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity") else (_os.cpu_count() or 1)
-        n = str(max(1, cores // local))
+        n = max(1, cores // local)
+        user_set = any(_os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"))
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            _os.environ.setdefault(var, n)
+            _os.environ.setdefault(var, str(n))
+        # A script that imported NumPy (or matplotlib) before minips has already
+        # loaded BLAS with one thread per core: limit the running pools too, or
+        # two ranks on two cores run four BLAS threads and every GEMM waits.
+        import sys as _sys
+
+        if "numpy" in _sys.modules and not user_set:
+            try:
+                from threadpoolctl import threadpool_limits
+
+                threadpool_limits(n)
+            except ImportError:
+                pass
 
 
 _limit_blas_threads()

@@ -153,3 +153,28 @@ def test_emulated_link_carries_one_request_at_a_time(tmp_path):
                           text=True, timeout=60, cwd=ROOT, env=subprocess_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok") == 2
+
+
+BLAS_PROBE = """
+import os, numpy as np          # NumPy (and so BLAS) first, as tutorials and user scripts do
+import minips
+from threadpoolctl import threadpool_info
+cores = len(os.sched_getaffinity(0))
+blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+with open(os.path.join(OUT, "rank" + os.environ["PMI_RANK"]), "w") as f:   # no interleaved stdout
+    f.write(" ".join(map(str, [cores, *blas])))
+"""
+
+
+def test_blas_pool_is_limited_per_rank_even_when_numpy_came_first(tmp_path):
+    """Two ranks on a node get cores // 2 BLAS threads each, also in a script that
+    loaded BLAS before minips could set the environment variables."""
+    env = {k: v for k, v in subprocess_env().items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    code = f"OUT = {str(tmp_path)!r}\n" + BLAS_PROBE
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
+    for cores, *blas in lines:
+        assert blas and all(int(b) == max(1, int(cores) // 2) for b in blas), lines
