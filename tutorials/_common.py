@@ -116,11 +116,29 @@ def mpi_setup(network=None, progress: str = "poll"):
     _comm = get_comm(network, progress)
     if _comm.size > 1 and not IN_NOTEBOOK:
         def hook(etype, value, tb):
+            if issubclass(etype, ExerciseNotDone):  # every rank stops at the same exercise
+                if _comm.rank == 0:
+                    print(f"\n{value}", file=sys.stderr, flush=True)
+                else:
+                    time.sleep(2)  # let rank 0 say it and end the job
+                _comm.abort("stopped at an exercise that is not done yet", code=1)
             sys.__excepthook__(etype, value, tb)
             if not issubclass(etype, (KeyboardInterrupt, SystemExit)):
                 abort_on_exception(_comm, value)
         sys.excepthook = hook
     return _comm
+
+
+def _exercise_stop_hook(etype, value, tb):
+    """A script stopped at an unsolved exercise: say so, without a traceback."""
+    if issubclass(etype, ExerciseNotDone):
+        print(f"\n{value}", file=sys.stderr, flush=True)
+        return
+    sys.__excepthook__(etype, value, tb)
+
+
+if not IN_NOTEBOOK:
+    sys.excepthook = _exercise_stop_hook
 
 
 def rank() -> int:
@@ -288,5 +306,7 @@ def exercise(exercise_id: str, answer, **context):
         say(f"Exercise {exercise_id}: not done yet; using the reference solution ({sol_file}).")
         answer = solution(exercise_id)
         ex.check(answer, **context)
+        say(f"Exercise {exercise_id}: the reference solution passes the check.")
+        return answer
     say(f"Exercise {exercise_id}: correct. {ex.praise}".rstrip())
     return answer
