@@ -1,6 +1,7 @@
 """The train command: outputs, config files, errors a user can cause,
 checkpoint/resume on the same trajectory, SIGTERM, NaN."""
 import csv
+import dataclasses
 import json
 import shutil
 import signal
@@ -179,3 +180,15 @@ def test_failed_run_restores_signal_handlers_and_drains():
         t.run()
     assert signal.getsignal(signal.SIGTERM) is before
     assert t.comm.pending() == 0
+
+
+def test_configs_main_toml_is_the_default_run():
+    """The README points to configs/main.toml as the main job written out."""
+    from minips.dist.algorithms.predictors import make_predictor
+    from minips.train import TrainConfig, load_config
+
+    cfg = load_config(ROOT / "configs" / "main.toml")
+    opts = cfg.pop("predictor_options")
+    assert dataclasses.replace(TrainConfig(), **cfg) == dataclasses.replace(TrainConfig(), out=cfg["out"])
+    defaults = make_predictor(TrainConfig().predictor, TrainConfig().staleness).options()
+    assert {k: defaults[k] for k in opts} == opts
