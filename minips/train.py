@@ -508,7 +508,10 @@ class Trainer:
         lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s")
         if summary.get("overlap_efficiency") is not None:
             lines.append(f"  blocking allreduce alone {summary['comm_alone_s'] * 1e3:.2f} ms; overlap efficiency "
-                         f"{summary['overlap_efficiency']:.2f}")
+                         f"{summary['overlap_efficiency']:.2f}  (1 - wait / allreduce alone)")
+            if b["wait"] > summary["comm_alone_s"]:
+                lines.append("  (the wait is longer than the allreduce itself: the rest is waiting for the "
+                             "slowest rank, not communication)")
         metric = "bleu" if summary.get("bleu") is not None else "test_accuracy"
         lines.append(f"  final {metric.replace('_', ' ')}: {summary.get(metric)}")
         return "\n".join(lines)
