@@ -60,3 +60,18 @@ def test_bench_scaling_smoke(tmp_path):
     r = run_cli(["bench", "scaling", "--from-json", str(js), "--project-networks", "10gbe"], timeout=60)
     assert r.returncode == 0, r.stderr
     assert "10 GbE" in r.stdout and "predicted vs measured" in r.stdout
+
+
+def test_superlinear_weak_scaling_is_flagged_as_noise():
+    from minips.bench.scaling import _print_measured
+
+    zero = {"forward": 0.01, "backward": 0.01, "post": 0.0, "wait": 0.0, "predict": 0.0, "update": 0.0}
+    rows = [{"label": "sync", "P": P, "step_time_s": t, "images_per_s": 32 * P / t, "efficiency": e,
+             "time_breakdown": zero} for P, t, e in ((1, 0.040, 1.0), (2, 0.020, 2.0))]
+    out = []
+    _print_measured(rows, out.append)
+    assert any("warning: E(P) > 1.05 for sync at P = 2" in line for line in out)
+    rows[1].update(step_time_s=0.041, efficiency=0.98)
+    out.clear()
+    _print_measured(rows, out.append)
+    assert not any("warning" in line for line in out)

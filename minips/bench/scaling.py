@@ -278,6 +278,11 @@ def _print_measured(rows, say):
         say(f"{r['label']:<24}{r['P']:>3} {1e3 * r['step_time_s']:9.2f} {r['images_per_s']:9.0f} {eff:>6} "
             f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * b['predict']:8.2f} "
             f"{1e3 * b['update']:7.2f} {1e3 * other:7.2f} {ca:>16} {oe:>12}")
+    superlinear = [f"{r['label']} at P = {r['P']}" for r in rows if r["efficiency"] and r["efficiency"] > 1.05]
+    if superlinear:
+        # Weak scaling cannot beat one rank by more than noise: the P = 1 run was slowed down.
+        say(f"warning: E(P) > 1.05 for {', '.join(superlinear)}: faster than one rank, which weak scaling "
+            "cannot be; the timings are noise (a busy machine?). Rerun on idle cores with --repeats 3.")
 
 
 def _print_check(check, say):
