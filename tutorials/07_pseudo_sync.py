@@ -287,6 +287,11 @@ for algo_name, k in (("sync", None), ("pseudo-sync", 1), ("pseudo-sync", 2)):
 # network, or a predictor that corrects the stale gradient (step 8). The next exercise
 # estimates what k = 1 can hide.
 #
+# If pseudo-sync is *not* faster in your run, compare the forward/backward times of the
+# runs before anything else: on a machine where other programs take the cores, compute
+# per step varies by more than the 14 ms allreduce, and the comparison then measures the
+# other programs (`uptime` shows the load; step 2 shows what a busy core does).
+#
 # ## Exercise 7.2: predict the step time
 #
 # With compute time `t_compute` per step and allreduce time `t_comm`, write
