@@ -8,7 +8,7 @@ from minips.dist.staleness_lab import LeastSquares, run_stale_sgd, simulate_stal
 
 @pytest.fixture(scope="module")
 def problem():
-    # Axis-aligned least squares, d=200, condition number 1000 (DESIGN.md's check).
+    # Axis-aligned least squares, d=200, condition number 1000 (the design spec's check).
     return LeastSquares(d=200, m=4000, cond=1000.0, rotate=False, seed=0)
 
 

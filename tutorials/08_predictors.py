@@ -68,7 +68,7 @@ print(inspect.getsource(Predictor._score_arrival))
 # %% [markdown]
 # ## 2. The laboratory, and `last`
 #
-# As in step 7 we use the least-squares laboratory, here in the setting of `DESIGN.md`'s
+# As in step 7 we use the least-squares laboratory, here in the setting of the design spec's
 # check: d = 200, condition number 1,000, an **axis-aligned** Hessian (`rotate=False`),
 # batch 32, heavy-ball momentum 0.9, learning rate 0.08, staleness k = 2. Sync SGD is
 # comfortable there; the naive stale update (`last`) diverges.
