@@ -85,8 +85,10 @@ def test_aggregate_and_report(tmp_path):
     last = a[("base", "pseudo-sync:last:1", 2)]
     assert last["n"] == 3 and last["n_ok"] == 2 and last["diverged"] == 1 and last["at_chance"] == 0
     assert aggregate(recs, chance=0.1)[("base", "pseudo-sync:last:1", 2)]["at_chance"] == 1
-    md = markdown_report(g, recs)
-    assert "0.8200 ± 0.0200 (0.8000-0.8400)" in md and "[1 at chance, 1 div]" in md and "-0.3800" in md
+    md = markdown_report(g, recs + [{"P": 4, "lr": "base", "label": "sync", "seed": 0, "status": "ok",
+                                      "metric": 0.75}])
+    assert "| 0.7500 (1 seed) |" in md  # no made-up spread from one seed
+    assert "0.8200 ± 0.0200 (0.8000-0.8400, 3 seeds)" in md and "[1 at chance, 1 div]" in md and "-0.3800" in md
 
 
 @pytest.mark.mpi

@@ -262,9 +262,11 @@ def _cell(a: dict | None, digits: int) -> str:
         return "-"
     if a["mean"] is None:
         return f"div {a['diverged']}/{a['n']}" if a["diverged"] else f"failed {a['failed']}/{a['n']}"
-    s = f"{a['mean']:.{digits}f} ± {a['std']:.{digits}f}"
-    if a["n_ok"] > 1:
-        s += f" ({a['min']:.{digits}f}-{a['max']:.{digits}f})"
+    if a["n_ok"] == 1:  # no spread from one seed
+        s = f"{a['mean']:.{digits}f} (1 seed)"
+    else:
+        s = (f"{a['mean']:.{digits}f} ± {a['std']:.{digits}f} "
+             f"({a['min']:.{digits}f}-{a['max']:.{digits}f}, {a['n_ok']} seeds)")
     notes = []
     if a["at_chance"]:
         notes.append(f"{a['at_chance']} at chance")
@@ -279,10 +281,11 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     agg = aggregate(records, grid.chance)
     digits = 2 if grid.metric == "bleu" else 4
     lines = [f"# {title or 'study'}: {grid.metric} (mean ± sample std (min-max) over seeds)", "",
-             "Cells: mean ± sample standard deviation (min-max) over the seeds that finished; "
+             "Cells: mean ± sample standard deviation (min-max, number of seeds) over the seeds that finished; "
              "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
              "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
-             f"grid: `{grid.source}`; seeds {grid.seeds}; train options: "
+             f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
+             "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
     ranks = sorted({r["P"] for r in records})
     labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
