@@ -592,9 +592,20 @@ class Trainer:
         if summary.get("overlap_efficiency") is not None:
             lines.append(f"  blocking allreduce alone {summary['comm_alone_s'] * 1e3:.2f} ms; overlap efficiency "
                          f"{summary['overlap_efficiency']:.2f}")
-        metric = "bleu" if summary.get("bleu") is not None else "test_accuracy"
-        lines.append(f"  final {metric.replace('_', ' ')}: {summary.get(metric)}")
+        lines.append("  " + Trainer.format_final(summary))
         return "\n".join(lines)
+
+    @staticmethod
+    def format_final(summary: dict) -> str:
+        """The final-metric line: test accuracy (0..1) to 4 decimals, or for the
+        captioner BLEU-4 on sacrebleu's 0..100 scale (as summary.json stores it
+        and docs/captioning.md reports it) with the exact-match fraction."""
+        def num(v, fmt):
+            return "n/a" if v is None else format(v, fmt)
+        if summary.get("bleu") is not None:
+            return (f"final BLEU-4 (0-100): {num(summary['bleu'], '.2f')}, "
+                    f"exact match {num(summary.get('exact_match'), '.4f')}")
+        return f"final test accuracy: {num(summary.get('test_accuracy'), '.4f')}"
 
     def _write_trace_at_divergence(self) -> Path | None:
         """Write the per-step trace so far to ``OUT/trace-diverged-rankR.csv`` (by

@@ -233,3 +233,15 @@ def test_out_that_is_a_file_is_a_clear_error(tmp_path):
         assert "is a file, not a directory; give --out a directory" in r.stderr
         assert "Traceback" not in r.stderr
     assert f.read_text() == "hello\n"
+
+
+def test_final_line_is_formatted():
+    from minips.train import Trainer
+
+    assert Trainer.format_final({"test_accuracy": 0.812345678}) == "final test accuracy: 0.8123"
+    # BLEU is stored on sacrebleu's 0..100 scale (docs/captioning.md reports e.g. 64.3)
+    line = Trainer.format_final({"bleu": 0.06358589375266897, "exact_match": 0.0, "test_accuracy": None})
+    assert line == "final BLEU-4 (0-100): 0.06, exact match 0.0000"
+    assert Trainer.format_final({"bleu": 64.2987, "exact_match": 0.45}) == \
+        "final BLEU-4 (0-100): 64.30, exact match 0.4500"
+    assert Trainer.format_final({"test_accuracy": None}) == "final test accuracy: n/a"
