@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cli import add_train_arguments, config_from_args, subcommand
 
-__all__ = ["parse_algos", "run_compare", "markdown_table"]
+__all__ = ["parse_algos", "check_algos", "run_compare", "markdown_table"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -46,6 +46,37 @@ def parse_algos(spec: str) -> list[dict]:
     return out
 
 
+def _run_config(base_cfg, entry: dict, out: Path):
+    """The TrainConfig of one ``--algos`` entry."""
+    return dataclasses.replace(base_cfg, **entry, out=str(out / entry["label"].replace(":", "-")), resume=None)
+
+
+def check_algos(base_cfg, algos: list[dict], out) -> None:
+    """Check every entry (algorithm, predictor and its options, staleness) and the
+    output directory before any training starts, so a typo in the last entry
+    does not cost the runs before it.
+
+    Raises:
+        ConfigError: naming the entry and what is wrong with it (the message of
+            the single-run path).
+    """
+    from .dist.algorithms import algorithm_class
+    from .dist.algorithms.predictors import make_predictor
+    from .train import ConfigError, check_out_dir
+
+    out = check_out_dir(out)
+    for entry in algos:
+        cfg = _run_config(base_cfg, entry, out)
+        try:
+            cfg.validate()
+            algorithm_class(cfg.algo)
+            if cfg.algo == "pseudo-sync":
+                make_predictor(cfg.predictor, cfg.staleness, **(cfg.predictor_options or {}))
+            check_out_dir(cfg.out)
+        except ValueError as e:
+            raise ConfigError(f"--algos entry {entry['label']!r}: {e}") from None
+
+
 def markdown_table(summaries: list[dict]) -> str:
     """The comparison table (one row per run)."""
     metric_cols = [("test_accuracy", "test acc"), ("test_loss", "test loss")]
@@ -74,11 +105,11 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
     from .train import Trainer
 
     out = Path(out)
+    check_algos(base_cfg, algos, out)
     comm = get_comm(base_cfg.network, base_cfg.progress)
     summaries = []
     for entry in algos:
-        cfg = dataclasses.replace(base_cfg, **entry, out=str(out / entry["label"].replace(":", "-")),
-                                  resume=None)
+        cfg = _run_config(base_cfg, entry, out)
         if comm.rank == 0 and not cfg.quiet:
             print(f"\n=== {entry['label']} ===", flush=True)
         summaries.append(Trainer(cfg, comm).run())

@@ -14,7 +14,7 @@ from pathlib import Path
 from .cli import subcommand
 from .timing import PHASES
 
-__all__ = ["load_run", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_runs"]
+__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_runs"]
 
 _COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
            "predict": "#CCB974", "update": "#64B5CD"}
@@ -42,6 +42,36 @@ def load_run(run_dir) -> dict:
         with open(d / "trace.csv") as f:
             trace = list(csv.DictReader(f))
     return {"name": summary.get("label") or d.name, "summary": summary, "trace": trace}
+
+
+def find_runs(paths) -> list[Path]:
+    """The run directories in ``paths``: each path that holds a ``summary.json``,
+    or else its subdirectories that do (a ``compare`` output: in the order of its
+    ``compare.json`` when there is one, then sorted by name).
+
+    Raises:
+        FileNotFoundError: a path that does not exist, or holds no run at all.
+    """
+    runs = []
+    for d in map(Path, paths):
+        if (d / "summary.json").exists():
+            runs.append(d)
+            continue
+        if not d.is_dir():
+            raise FileNotFoundError(f"{d} does not exist: give the --out directory of a train or compare run")
+        subs = sorted(c for c in d.iterdir() if (c / "summary.json").exists())
+        if not subs:
+            raise FileNotFoundError(f"{d} has no summary.json and no subdirectory with one: give the --out "
+                                    "directory of a finished train or compare run")
+        order = []
+        if (d / "compare.json").exists():
+            try:
+                listed = [d / s["label"].replace(":", "-") for s in json.loads((d / "compare.json").read_text())]
+            except (ValueError, TypeError, KeyError):
+                listed = []
+            order = [c for c in listed if c in subs]
+        runs.extend(order + [c for c in subs if c not in order])
+    return runs
 
 
 def _label(summary: dict) -> str:
@@ -135,8 +165,10 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
 
 
 def plot_runs(run_dirs, out_dir) -> list[Path]:
-    """All figures for these runs into ``out_dir``; returns the files written."""
-    runs = [load_run(d) for d in run_dirs]
+    """All figures for these runs into ``out_dir``; returns the files written.
+    A directory without ``summary.json`` stands for the runs in its
+    subdirectories (see :func:`find_runs`)."""
+    runs = [load_run(d) for d in find_runs(run_dirs)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "accuracy.png", out / "breakdown.png", out / "trace.png"]
@@ -149,7 +181,8 @@ def plot_runs(run_dirs, out_dir) -> list[Path]:
 
 @subcommand("plot", help="figures (accuracy, timing breakdown, trace) from run directories")
 def _add_plot_arguments(p):
-    p.add_argument("runs", nargs="+", help="--out directories of train/compare runs")
+    p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
+                   "stands for all its runs)")
     p.add_argument("--out", required=True, help="directory for the PNG files")
     p.set_defaults(func=_cmd_plot)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .autograd import no_grad
 from .tensor import Tensor
 
-__all__ = ["ClassificationTask", "make_task", "TASKS"]
+__all__ = ["ClassificationTask", "make_task", "task_names", "TASKS"]
 
 #: data-set name -> task factory(name); names not listed are image .h5 files.
 TASKS: dict = {}
@@ -79,6 +79,12 @@ def make_task(data: str):
         return TASKS[data](data)
     from .data import load_image_dataset
     return ClassificationTask(load_image_dataset(data))
+
+
+def task_names() -> list[str]:
+    """The data set names that have their own task (after loading the optional ones)."""
+    _load_optional()
+    return sorted(TASKS)
 
 
 def _load_optional():

@@ -23,7 +23,7 @@ import numpy as np
 from . import random as mrandom
 from .timing import PHASES
 
-__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "train"]
+__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train"]
 
 
 def read_toml(path, error: type[Exception], missing: str) -> dict:
@@ -121,13 +121,92 @@ def load_config(path) -> dict:
     """
     p = Path(path)
     raw = read_toml(p, ConfigError, f"config file {p} does not exist")
-    valid = set(config_fields())
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     out = {}
     for k, v in raw.items():
         key = k.replace("-", "_")
-        if key not in valid:
-            raise ConfigError(f"{p}: unknown key {k!r}; valid keys: {', '.join(sorted(valid))}")
+        if key not in types:
+            shown = sorted("[predictor_options]" if n == "predictor_options" else n.replace("_", "-")
+                           for n in types)
+            raise ConfigError(f"{p}: unknown key {k!r}; valid keys (dashes or underscores): {', '.join(shown)}")
+        _check_config_type(p, k, v, types[key])
         out[key] = v
+    return out
+
+
+# TrainConfig field type (its annotation text) -> (accepts(value), what to write)
+_CONFIG_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dict": (lambda v: isinstance(v, dict), "a table"),
+}
+
+
+def _toml_kind(v) -> str:
+    """How TOML calls the type of a parsed value ("a string", "a boolean", ...)."""
+    if isinstance(v, bool):
+        return "a boolean"
+    for t, name in ((int, "an integer"), (float, "a float"), (str, "a string"), (dict, "a table"),
+                    (list, "an array")):
+        if isinstance(v, t):
+            return name
+    return "a date/time"
+
+
+def _toml_repr(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v)
+
+
+def _check_config_type(path: Path, key: str, value, ftype: str) -> None:
+    """Raise ConfigError unless the TOML ``value`` fits the TrainConfig field
+    type ``ftype`` (int: integers only, not booleans; float: integers or
+    floats; bool: true/false only; str: strings; ``X | None``: as X)."""
+    base = ftype.replace(" | None", "").strip()
+    if base not in _CONFIG_TYPES:
+        return
+    accepts, want = _CONFIG_TYPES[base]
+    if accepts(value):
+        return
+    hint = ""
+    if base == "dict":
+        hint = f"; write it as a table: [{key}] on its own line, then one option = value per line"
+    elif isinstance(value, str):  # a quoted number or boolean: say how to write it unquoted
+        text = value.strip()
+        unquoted = {"bool": text in ("true", "false")}.get(base)
+        if unquoted is None and base in ("int", "float"):
+            try:
+                (int if base == "int" else float)(text)
+                unquoted = True
+            except ValueError:
+                unquoted = False
+        if unquoted:
+            hint = f"; write {key} = {text} without quotes"
+    elif base == "str":
+        hint = f'; put it in quotes: {key} = "{_toml_repr(value)}"'
+    if not hint and base == "bool":
+        hint = f"; write {key} = true or {key} = false (no quotes)"
+    raise ConfigError(f"{path}: {key!r} must be {want}, got {_toml_repr(value)} ({_toml_kind(value)}){hint}")
+
+
+def check_out_dir(out) -> Path:
+    """``Path(out)``, after checking that it can be a run directory: neither it
+    nor any existing folder above it may be a file.
+
+    Raises:
+        ConfigError: naming the file in the way.
+    """
+    out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is" if p == out else f"is inside {p}, which is"
+                raise ConfigError(f"--out {out} {what} a file, not a directory; give --out a directory "
+                                  "(it is created if missing), e.g. --out runs/NAME")
+            break
     return out
 
 
@@ -224,10 +303,14 @@ class Trainer:
     def run(self) -> dict:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
+        out = check_out_dir(cfg.out)  # on every rank, before any work
         self.build()
-        out = Path(cfg.out)
         if comm.rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"cannot create the output directory {out}: {e.strerror}; "
+                                  "give --out a directory you can write") from None
         self.global_step = 0
         self.history: list[dict] = []
         self.last_eval: dict = {}
@@ -512,9 +595,20 @@ class Trainer:
             if b["wait"] > summary["comm_alone_s"]:
                 lines.append("  (the wait is longer than the allreduce itself: the rest is waiting for the "
                              "slowest rank, not communication)")
-        metric = "bleu" if summary.get("bleu") is not None else "test_accuracy"
-        lines.append(f"  final {metric.replace('_', ' ')}: {summary.get(metric)}")
+        lines.append("  " + Trainer.format_final(summary))
         return "\n".join(lines)
+
+    @staticmethod
+    def format_final(summary: dict) -> str:
+        """The final-metric line: test accuracy (0..1) to 4 decimals, or for the
+        captioner BLEU-4 on sacrebleu's 0..100 scale (as summary.json stores it
+        and docs/captioning.md reports it) with the exact-match fraction."""
+        def num(v, fmt):
+            return "n/a" if v is None else format(v, fmt)
+        if summary.get("bleu") is not None:
+            return (f"final BLEU-4 (0-100): {num(summary['bleu'], '.2f')}, "
+                    f"exact match {num(summary.get('exact_match'), '.4f')}")
+        return f"final test accuracy: {num(summary.get('test_accuracy'), '.4f')}"
 
     def _write_trace_at_divergence(self) -> Path | None:
         """Write the per-step trace so far to ``OUT/trace-diverged-rankR.csv`` (by

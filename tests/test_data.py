@@ -125,6 +125,24 @@ def test_unknown_dataset_message():
         resolve_h5("mnist")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_h5("/nonexistent/x.h5")
+    # the captioner's data set is a valid --data name too, so it is listed
+    with pytest.raises(FileNotFoundError, match="unknown data set 'mnist'; known: fashion-mnist, "
+                                                "fashion-mnist-mini, moving-fmnist-captions, or a path"):
+        resolve_h5("mnist")
+
+
+def test_missing_data_file_lists_each_directory_once(tmp_path, monkeypatch):
+    from minips.data.datasets import DATASETS, data_dirs
+
+    monkeypatch.setitem(DATASETS, "nothing-here", ("nothing-here.h5", "build it"))  # found nowhere
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINIPS_DATA_DIR", str(tmp_path / "data"))  # the same folder as ./data
+    assert data_dirs().count(tmp_path / "data") == 1
+    with pytest.raises(FileNotFoundError) as e:
+        resolve_h5("nothing-here")
+    assert "nothing-here.h5 not found in" in str(e.value)
+    assert str(e.value).count(str(tmp_path / "data")) == 1
 
 
 @pytest.mark.parametrize("n,P", [(10, 1), (10, 3), (101, 4), (8, 8)])

@@ -45,3 +45,13 @@ def test_cpu_peak_arithmetic():
     assert cpuinfo._vector_width({"avx512f"}, "AuthenticAMD", 25) == ("AVX-512 on 256-bit units", 256)
     assert cpuinfo._vector_width({"avx512f"}, "GenuineIntel", 6)[1] == 512
     assert cpuinfo.detect().vector_bits in (128, 256, 512)
+
+
+def test_only_that_matches_nothing_is_an_error_listing_the_kernels(capsys):
+    rc = main(["bench", "kernels", "--threads", "1", "--batch", "2", "--only", "nothing_matches",
+               "--no-torch", "--quick"])
+    assert rc == 2
+    captured = capsys.readouterr()
+    assert "error: --only 'nothing_matches' matches no benchmark case" in captured.err
+    assert "relu fwd" in captured.err and "conv2d" in captured.err
+    assert "GFLOP/s" not in captured.out  # no empty table

@@ -192,3 +192,69 @@ def test_configs_main_toml_is_the_default_run():
     assert dataclasses.replace(TrainConfig(), **cfg) == dataclasses.replace(TrainConfig(), out=cfg["out"])
     defaults = make_predictor(TrainConfig().predictor, TrainConfig().staleness).options()
     assert {k: defaults[k] for k in opts} == opts
+
+
+@pytest.mark.parametrize("line,message", [
+    ('epochs = "one"', "'epochs' must be an integer, got 'one' (a string)"),
+    ('lr = "0.1"', "'lr' must be a number, got '0.1' (a string); write lr = 0.1 without quotes"),
+    ('trace = "false"', "'trace' must be true or false, got 'false' (a string); write trace = false"),
+    ('nesterov = "yes"', "'nesterov' must be true or false, got 'yes' (a string)"),
+    ("epochs = true", "'epochs' must be an integer, got true (a boolean)"),
+    ("batch-size = 1.5", "'batch-size' must be an integer, got 1.5 (a float)"),
+    ("model = 3", "'model' must be a string, got 3 (an integer)"),
+    ("predictor_options = 3", "'predictor_options' must be a table"),
+])
+def test_config_value_of_the_wrong_type_is_named(line, message, tmp_path):
+    from minips.train import ConfigError, load_config
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(line + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    assert f"{cfg}: {message}" in str(e.value)
+
+
+def test_config_types_that_fit_are_accepted(tmp_path):
+    from minips.train import load_config
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('lr = 1\nepochs = 2\ntrace = false\nnetwork = "1gbe"\n[predictor_options]\nrho = 0.5\n')
+    assert load_config(cfg) == {"lr": 1, "epochs": 2, "trace": False, "network": "1gbe",
+                                "predictor_options": {"rho": 0.5}}
+
+
+def test_config_type_error_on_the_command_line(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('model = "mlp"\nepochs = "one"\n')
+    r = run_cli(["train", "--config", str(cfg), "--out", str(tmp_path / "x")])
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: ") and "'epochs' must be an integer, got 'one' (a string)" in r.stderr
+    assert "Traceback" not in r.stderr
+    # the unknown-key message lists the flag spellings (dashes), underscores still work
+    cfg.write_text('model = "mlp"\nbatchsize = 5\n')
+    r = run_cli(["train", "--config", str(cfg)])
+    assert r.returncode == 2 and "batch-size" in r.stderr and "weight-decay" in r.stderr
+    assert "batch_size" not in r.stderr
+
+
+def test_out_that_is_a_file_is_a_clear_error(tmp_path):
+    f = tmp_path / "notes.md"
+    f.write_text("hello\n")
+    for out in (f, f / "run"):
+        r = run_cli(["train", *MLP, "--epochs", "1", "--max-steps", "2", "--out", str(out)])
+        assert r.returncode == 2, r.stderr
+        assert "is a file, not a directory; give --out a directory" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert f.read_text() == "hello\n"
+
+
+def test_final_line_is_formatted():
+    from minips.train import Trainer
+
+    assert Trainer.format_final({"test_accuracy": 0.812345678}) == "final test accuracy: 0.8123"
+    # BLEU is stored on sacrebleu's 0..100 scale (docs/captioning.md reports e.g. 64.3)
+    line = Trainer.format_final({"bleu": 0.06358589375266897, "exact_match": 0.0, "test_accuracy": None})
+    assert line == "final BLEU-4 (0-100): 0.06, exact match 0.0000"
+    assert Trainer.format_final({"bleu": 64.2987, "exact_match": 0.45}) == \
+        "final BLEU-4 (0-100): 64.30, exact match 0.4500"
+    assert Trainer.format_final({"test_accuracy": None}) == "final test accuracy: n/a"

@@ -367,12 +367,20 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    """Run the kernel benchmark; print the table; write JSON if asked. Returns 0."""
+    """Run the kernel benchmark; print the table; write JSON if asked. Returns 0.
+
+    Raises:
+        ValueError: ``--only`` matches no case (the kernel names are listed).
+    """
     from ..kernels import threads as kthreads
     torch = None if args.no_torch else _import_torch()
     n = set_threads(args.threads or kthreads.threads_per_rank(1), torch)
     ctx = BenchContext(batches=tuple(args.batch), torch=torch)
     cases = collect_cases(ctx, args.only)
+    if not cases:
+        names = list(dict.fromkeys(c.kernel for c in collect_cases(ctx)))
+        raise ValueError(f"--only {args.only!r} matches no benchmark case; give part of a kernel name or "
+                         f"shape, e.g. --only conv2d; the kernels: {', '.join(names)}")
     machine = machine_report(n, torch)
     rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick)
     import numba

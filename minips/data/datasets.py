@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "resolve_h5", "DATASETS"]
+__all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "known_names", "resolve_h5", "DATASETS"]
 
 # name -> (file name, how to build it when missing)
 DATASETS = {
@@ -33,7 +33,21 @@ def data_dirs() -> list[Path]:
         dirs.append(Path(os.environ["MINIPS_DATA_DIR"]))
     dirs.append(Path.cwd() / "data")
     dirs.append(Path(__file__).resolve().parents[2] / "data")
-    return dirs
+    unique, seen = [], set()
+    for d in dirs:  # e.g. run from the source tree: ./data is the source tree's data/
+        key = os.path.realpath(d)
+        if key not in seen:
+            seen.add(key)
+            unique.append(d)
+    return unique
+
+
+def known_names() -> list[str]:
+    """Every data set name that ``--data`` accepts: the image sets of
+    :data:`DATASETS` and the names other tasks registered (e.g. the captioner's
+    ``moving-fmnist-captions``)."""
+    from ..tasks import task_names
+    return sorted(set(DATASETS) | set(task_names()))
 
 
 def resolve_h5(name_or_path: str) -> Path:
@@ -47,10 +61,10 @@ def resolve_h5(name_or_path: str) -> Path:
     if p.suffix in (".h5", ".hdf5"):
         if not p.exists():
             raise FileNotFoundError(f"data file {p} does not exist; give an existing .h5 file or one of "
-                                    f"the names {sorted(DATASETS)}")
+                                    f"the names {', '.join(known_names())}")
         return p
     if name_or_path not in DATASETS:
-        raise FileNotFoundError(f"unknown data set {name_or_path!r}; known: {sorted(DATASETS)}, "
+        raise FileNotFoundError(f"unknown data set {name_or_path!r}; known: {', '.join(known_names())}, "
                                 "or a path to an .h5 file")
     fname, how = DATASETS[name_or_path]
     for d in data_dirs():

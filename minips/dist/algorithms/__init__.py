@@ -11,7 +11,7 @@ import inspect
 from .base import Algorithm  # noqa: F401
 from .sync import OverlapSyncSGD, SyncSGD
 
-__all__ = ["ALGORITHMS", "make_algorithm", "Algorithm", "register"]
+__all__ = ["ALGORITHMS", "algorithm_class", "make_algorithm", "Algorithm", "register"]
 
 ALGORITHMS: dict[str, type] = {
     "sync": SyncSGD,
@@ -25,6 +25,18 @@ def register(cls: type) -> type:
     return cls
 
 
+def algorithm_class(name: str) -> type:
+    """The Algorithm subclass registered as ``name``.
+
+    Raises:
+        ValueError: unknown name (valid ones listed).
+    """
+    _load_optional()
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
 def make_algorithm(name: str, params, optimizer, comm, **options) -> Algorithm:
     """Build the algorithm ``name`` with its options.
 
@@ -35,10 +47,7 @@ def make_algorithm(name: str, params, optimizer, comm, **options) -> Algorithm:
         ValueError: unknown name (valid ones listed) or an option the algorithm
             does not accept (its valid options listed).
     """
-    _load_optional()
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
-    cls = ALGORITHMS[name]
+    cls = algorithm_class(name)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "params", "optimizer", "comm"}
     given = {k: v for k, v in options.items() if v is not None}
     extra = sorted(set(given) - accepted)
