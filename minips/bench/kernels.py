@@ -391,7 +391,8 @@ def run(args) -> int:
     print(f"peak (measured, Numba FMA loop): {machine['peak_gflops_per_core_measured']:.1f} GFLOP/s per core "
           f"(implies {machine['implied_ghz']:.2f} GHz) -> {machine['peak_gflops']:.1f} GFLOP/s for {n} thread(s), "
           "the %peak column")
-    print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column")
+    print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column "
+          "(above 100%: the data stayed in cache; docs/kernels.md)")
     print(format_table(rows))
     if args.json:
         with open(args.json, "w") as f:
