@@ -65,8 +65,13 @@ def check_algos(base_cfg, algos: list[dict], out) -> None:
     from .train import ConfigError, check_out_dir
 
     out = check_out_dir(out)
+    seen = {}
     for entry in algos:
         cfg = _run_config(base_cfg, entry, out)
+        if cfg.out in seen:  # both runs would write one folder
+            raise ConfigError(f"--algos entries {seen[cfg.out]!r} and {entry['label']!r} are the same run "
+                              f"(both would write {cfg.out}); list each algorithm once")
+        seen[cfg.out] = entry["label"]
         try:
             cfg.validate()
             algorithm_class(cfg.algo)
