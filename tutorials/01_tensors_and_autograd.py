@@ -22,7 +22,7 @@
 # - how to check any backward against finite differences with `gradcheck`, and why that is
 #   done in float64.
 #
-# **Runs in**: one process, about 10 seconds. **Files to read alongside**:
+# **Runs in**: one process, a few seconds. **Files to read alongside**:
 # `minips/tensor.py`, `minips/autograd.py` (the whole engine, about 200 lines),
 # `minips/ops.py`, `minips/gradcheck.py`.
 #

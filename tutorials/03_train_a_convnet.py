@@ -23,7 +23,7 @@
 # - the `Trainer` (`minips/train.py`) that runs the same loop for you, and what it writes:
 #   `metrics.csv`, `summary.json`, `trace.csv`.
 #
-# **Runs in**: one process, about 1-2 minutes (the ConvNet epochs dominate).
+# **Runs in**: one process, about 35 s on idle cores (the ConvNet epochs dominate).
 # **Files to read alongside**: `minips/data/datasets.py`, `minips/data/loader.py`,
 # `minips/data/sampler.py`, `minips/optim.py`, `minips/models.py`, `minips/train.py`
 # (`Trainer.run` and `Trainer._train_step`).

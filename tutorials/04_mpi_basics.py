@@ -25,7 +25,7 @@
 # - how minips wraps all this in one class, `Comm` (`minips/dist/comm.py`, the only file of
 #   minips that imports mpi4py).
 #
-# **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, about 20 seconds.
+# **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, a few seconds.
 # (Opened as a notebook it runs on one rank, where every collective is trivial; run the
 # command above in a terminal, or `!mpiexec -n 2 python 04_mpi_basics.py` in a cell.)
 # **Files to read alongside**: `minips/dist/comm.py` (`Comm`, `Request`, `get_comm`).

@@ -26,7 +26,7 @@
 #   network, with a model whose gradient is large compared to its compute, that wait
 #   dominates.
 #
-# **Runs with**: `mpiexec -n 2 python tutorials/05_sync_sgd.py`, about 1-2 minutes.
+# **Runs with**: `mpiexec -n 2 python tutorials/05_sync_sgd.py`, about 12 s on idle cores.
 # **Files to read alongside**: `minips/data/sampler.py` (DistributedSampler),
 # `minips/dist/algorithms/base.py` and `sync.py`, `minips/dist/flat.py` (first half).
 

@@ -24,7 +24,7 @@
 #   a stale gradient shrinks the range of usable learning rates;
 # - what it buys: on a slow network, the wait disappears from the step.
 #
-# **Runs with**: `mpiexec -n 2 python tutorials/07_pseudo_sync.py`, about 2 minutes.
+# **Runs with**: `mpiexec -n 2 python tutorials/07_pseudo_sync.py`, about 25 s on idle cores.
 # **Files to read alongside**: `minips/dist/algorithms/pseudo_sync.py`,
 # `minips/dist/staleness_lab.py`, `docs/distributed.md` (section "Pseudo-synchronous SGD").
 

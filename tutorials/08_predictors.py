@@ -31,7 +31,7 @@
 # `docs/distributed.md` documents it.
 #
 # **Runs in**: one process (it launches `mpiexec -n 2` itself for the last section), about
-# 2-3 minutes. **Files to read alongside**: `minips/dist/algorithms/predictors.py`,
+# 30 s on idle cores (a few minutes on a busy machine). **Files to read alongside**: `minips/dist/algorithms/predictors.py`,
 # `minips/dist/staleness_lab.py`.
 
 # %%

@@ -23,7 +23,7 @@
 # - what changes on a cluster: the site's MPI, one rank per core, threads per rank,
 #   checkpoints and requeueing (`examples/slurm_pseudo_sync.sh`).
 #
-# **Runs in**: one process (it launches `mpiexec -n 2` itself), about 2-3 minutes.
+# **Runs in**: one process (it launches `mpiexec -n 2` itself), about 30 s on idle cores.
 # **Files to read alongside**: `minips/dist/costmodel.py`, `minips/bench/comm.py`,
 # `examples/slurm_pseudo_sync.sh`, `docs/distributed.md` ("Running on a Slurm cluster").
 
