@@ -119,14 +119,27 @@ def mpi_setup(network=None, progress: str = "poll"):
             if issubclass(etype, ExerciseNotDone):  # every rank stops at the same exercise
                 if _comm.rank == 0:
                     print(f"\n{value}", file=sys.stderr, flush=True)
-                else:
-                    time.sleep(2)  # let rank 0 say it and end the job
+                if _all_ranks_arrive(timeout=20.0):
+                    return           # a normal exit with status 1: the output is not cut off
                 _comm.abort("stopped at an exercise that is not done yet", code=1)
             sys.__excepthook__(etype, value, tb)
             if not issubclass(etype, (KeyboardInterrupt, SystemExit)):
                 abort_on_exception(_comm, value)
         sys.excepthook = hook
     return _comm
+
+
+def _all_ranks_arrive(timeout: float) -> bool:
+    """True when every rank reaches this point within ``timeout`` seconds (a
+    nonblocking barrier, polled), so they can all exit normally; False means
+    some rank is elsewhere and the job must be aborted instead."""
+    req = _comm.mpi.Ibarrier()
+    t_end = time.monotonic() + timeout
+    while not req.Test():
+        if time.monotonic() > t_end:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _exercise_stop_hook(etype, value, tb):
