@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cli import add_train_arguments, config_from_args, subcommand
 
-__all__ = ["parse_algos", "check_algos", "run_compare", "markdown_table"]
+__all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -46,9 +46,14 @@ def parse_algos(spec: str) -> list[dict]:
     return out
 
 
+def run_folder(out: Path, label: str) -> Path:
+    """Where ``compare`` writes the run of the ``--algos`` entry ``label``."""
+    return Path(out) / label.replace(":", "-")
+
+
 def _run_config(base_cfg, entry: dict, out: Path):
     """The TrainConfig of one ``--algos`` entry."""
-    return dataclasses.replace(base_cfg, **entry, out=str(out / entry["label"].replace(":", "-")), resume=None)
+    return dataclasses.replace(base_cfg, **entry, out=str(run_folder(out, entry["label"])), resume=None)
 
 
 def check_algos(base_cfg, algos: list[dict], out) -> None:
@@ -129,7 +134,7 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
                   f"progress: {first['progress']}\n\n")
         (out / "compare.md").write_text(header + table + "\n")
         (out / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
-        plot_runs([out / e["label"].replace(":", "-") for e in algos], out)
+        plot_runs([run_folder(out, e["label"]) for e in algos], out)
         print("\n" + header + table, flush=True)
     return summaries
 

@@ -52,6 +52,8 @@ def find_runs(paths) -> list[Path]:
     Raises:
         FileNotFoundError: a path that does not exist, or holds no run at all.
     """
+    from .compare import run_folder
+
     runs = []
     for d in map(Path, paths):
         if (d / "summary.json").exists():
@@ -66,7 +68,7 @@ def find_runs(paths) -> list[Path]:
         order = []
         if (d / "compare.json").exists():
             try:
-                listed = [d / s["label"].replace(":", "-") for s in json.loads((d / "compare.json").read_text())]
+                listed = [run_folder(d, s["label"]) for s in json.loads((d / "compare.json").read_text())]
             except (ValueError, TypeError, KeyError):
                 listed = []
             order = [c for c in listed if c in subs]

@@ -161,6 +161,19 @@ def _toml_repr(v) -> str:
     return repr(v)
 
 
+def _parses_as(text: str, base: str) -> bool:
+    """Whether ``text`` (a quoted TOML value) is a valid unquoted value of type ``base``."""
+    if base == "bool":
+        return text in ("true", "false")
+    if base in ("int", "float"):
+        try:
+            (int if base == "int" else float)(text)
+            return True
+        except ValueError:
+            return False
+    return False
+
+
 def _check_config_type(path: Path, key: str, value, ftype: str) -> None:
     """Raise ConfigError unless the TOML ``value`` fits the TrainConfig field
     type ``ftype`` (int: integers only, not booleans; float: integers or
@@ -176,14 +189,7 @@ def _check_config_type(path: Path, key: str, value, ftype: str) -> None:
         hint = f"; write it as a table: [{key}] on its own line, then one option = value per line"
     elif isinstance(value, str):  # a quoted number or boolean: say how to write it unquoted
         text = value.strip()
-        unquoted = {"bool": text in ("true", "false")}.get(base)
-        if unquoted is None and base in ("int", "float"):
-            try:
-                (int if base == "int" else float)(text)
-                unquoted = True
-            except ValueError:
-                unquoted = False
-        if unquoted:
+        if _parses_as(text, base):
             hint = f"; write {key} = {text} without quotes"
     elif base == "str":
         hint = f'; put it in quotes: {key} = "{_toml_repr(value)}"'
@@ -618,19 +624,21 @@ class Trainer:
         if not (self.cfg.trace and self.trace_rows):
             return None
         path = Path(self.cfg.out) / f"trace-diverged-rank{self.comm.rank}.csv"
-        keys = list(dict.fromkeys(k for r in self.trace_rows for k in r))
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, _csv_text(keys, self.trace_rows))
+        self._write_trace(path)
         return path
+
+    def _write_trace(self, path: Path) -> None:
+        """The per-step trace rows as CSV (columns: every key any row has)."""
+        keys = list(dict.fromkeys(k for r in self.trace_rows for k in r))
+        _atomic_write(path, _csv_text(keys, self.trace_rows))
 
     def _write_outputs(self, out: Path, summary: dict) -> None:
         keys = list(self.history[0].keys()) if self.history else []
         _atomic_write(out / "metrics.csv", _csv_text(keys, self.history))
         _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
-        trace_rows = self.trace_rows
-        if trace_rows:
-            keys = list(dict.fromkeys(k for r in trace_rows for k in r))
-            _atomic_write(out / "trace.csv", _csv_text(keys, trace_rows))
+        if self.trace_rows:
+            self._write_trace(out / "trace.csv")
 
 
 class StopAgreement:

@@ -36,6 +36,12 @@ def launch(n, opts, tmp_path, timeout=120, expect_ok=True):
     return None, proc
 
 
+def run_code_on_ranks(n, code, env=None, timeout=60):
+    """``mpiexec -n n python -c code`` from the repository root; returns the CompletedProcess."""
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env if env is not None else subprocess_env())
+
+
 # float32 sums in a different order (per-rank means, then the allreduce) agree
 # with the big-batch mean to a few ulps per step; over 12 steps of SGD with
 # momentum the weights agree to ~1e-6 relative.
@@ -130,8 +136,7 @@ def test_emulated_network_delays_completion(tmp_path):
         "assert b[0] == 2.0\n"
         "t0 = time.perf_counter(); c.allreduce(b); assert time.perf_counter() - t0 >= expect\n"
         "print('ok', dt, expect)\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env=subprocess_env())
+    proc = run_code_on_ranks(2, script)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok") == 2
 
@@ -149,8 +154,7 @@ def test_emulated_link_carries_one_request_at_a_time(tmp_path):
         "ra.wait(); ta = time.perf_counter() - t0; rb.wait(); tb = time.perf_counter() - t0\n"
         "assert ta >= T and tb >= 2 * T, (ta, tb, T)\n"
         "print('ok')\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env=subprocess_env())
+    proc = run_code_on_ranks(2, script)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok") == 2
 
@@ -172,8 +176,7 @@ def test_blas_pool_is_limited_per_rank_even_when_numpy_came_first(tmp_path):
     env = {k: v for k, v in subprocess_env().items()
            if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     code = f"OUT = {str(tmp_path)!r}\n" + BLAS_PROBE
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    proc = run_code_on_ranks(2, code, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
     for cores, *blas in lines:
