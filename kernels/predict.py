@@ -8,7 +8,7 @@ as a sixth of its training step); fused, it is two passes.
 - :func:`arrival_sums`: when the true gradient G_j arrives, the inner products
   that score the forecast made for step j and feed AESP's confidence regression.
 - :func:`aesp_step`: AESP's forecast and curvature update for one arrival (see
-  :class:`minips.dist.algorithms.predictors.AdaptivePredictor`, whose NumPy
+  :class:`minips.distributed.algorithms.predictors.AdaptivePredictor`, whose NumPy
   methods are the readable version of the same steps)::
 
       c = h * (w_now - w_then)                    correction, with h from BEFORE G

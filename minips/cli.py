@@ -152,14 +152,14 @@ def _load_optional():
 def main(argv=None) -> int:
     """Entry point; returns the exit status. User errors print one line, not a traceback."""
     args = build_parser().parse_args(argv)
-    from .dist.comm import launched_by_mpi
+    from .distributed.comm import launched_by_mpi
     under_mpi = launched_by_mpi()
     try:
         return args.func(args) or 0
     except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError) as e:
         msg = f"error: {e}"
         if under_mpi and _world_size() > 1:
-            from .dist.comm import get_comm
+            from .distributed.comm import get_comm
             get_comm().abort(msg)  # ends every rank
         print(msg, file=sys.stderr)
         if os.environ.get("MINIPS_TRACEBACK"):
@@ -167,11 +167,11 @@ def main(argv=None) -> int:
         return 2
     except BaseException as e:  # noqa: BLE001 - any other failure must not leave ranks hanging
         if under_mpi and _world_size() > 1 and not isinstance(e, (SystemExit, KeyboardInterrupt)):
-            from .dist.comm import abort_on_exception, get_comm
+            from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
         raise
 
 
 def _world_size() -> int:
-    from .dist import comm as c
+    from .distributed import comm as c
     return c._world.size if c._world is not None else 1

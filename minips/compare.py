@@ -65,8 +65,8 @@ def check_algos(base_cfg, algos: list[dict], out) -> None:
         ConfigError: naming the entry and what is wrong with it (the message of
             the single-run path).
     """
-    from .dist.algorithms import algorithm_class
-    from .dist.algorithms.predictors import make_predictor
+    from .distributed.algorithms import algorithm_class
+    from .distributed.algorithms.predictors import make_predictor
     from .train import ConfigError, check_out_dir
 
     out = check_out_dir(out)
@@ -111,7 +111,7 @@ def _fmt(v):
 
 def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
     """Train each algorithm with ``base_cfg`` (same seed, data, model); returns the summaries."""
-    from .dist.comm import get_comm
+    from .distributed.comm import get_comm
     from .train import Trainer
 
     out = Path(out)

@@ -239,7 +239,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, comm=None):
         cfg.validate()
         self.cfg = cfg
-        from .dist.comm import get_comm
+        from .distributed.comm import get_comm
         self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress)
         from .kernels import configure_threads
         self.threads = configure_threads(self.comm.local_size)
@@ -251,7 +251,7 @@ class Trainer:
         broadcast from rank 0 by ``algo.start()``)."""
         cfg, comm = self.cfg, self.comm
         from .data import BatchLoader, DistributedSampler
-        from .dist.algorithms import make_algorithm
+        from .distributed.algorithms import make_algorithm
         from .models import build_model
         from .optim import SGD, make_schedule
         from .tasks import make_task

@@ -24,8 +24,8 @@ def synthetic(n=512, d=20, classes=4, seed=0):
 def main(opts, out):
     import minips as mp
     from minips.data import BatchLoader, DistributedSampler
-    from minips.dist.algorithms import make_algorithm
-    from minips.dist.comm import get_comm
+    from minips.distributed.algorithms import make_algorithm
+    from minips.distributed.comm import get_comm
     from minips.models import MLP
     from minips.optim import SGD
 
@@ -70,5 +70,5 @@ def main(opts, out):
 
 
 if __name__ == "__main__":
-    from minips.dist.comm import run_or_abort
+    from minips.distributed.comm import run_or_abort
     run_or_abort(main, json.loads(sys.argv[1]), sys.argv[2])

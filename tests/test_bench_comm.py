@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from minips.dist.costmodel import fit_ring_allreduce, ring_allreduce_time
+from minips.distributed.costmodel import fit_ring_allreduce, ring_allreduce_time
 
 from .conftest import ROOT, subprocess_env
 

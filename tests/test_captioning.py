@@ -233,7 +233,7 @@ def test_evaluate_metrics(small_task):
 
 
 class ThreadComm:
-    """Two 'ranks' as threads: just enough of minips.dist.comm.Comm for evaluate()."""
+    """Two 'ranks' as threads: just enough of minips.distributed.comm.Comm for evaluate()."""
 
     def __init__(self, rank, shared):
         self.rank, self.size, self.shared = rank, 2, shared

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import minips as mp
-from minips.dist.comm import Comm
-from minips.dist.costmodel import NETWORKS, parse_network, ring_allreduce_time
-from minips.dist.flat import FlatParams
+from minips.distributed.comm import Comm
+from minips.distributed.costmodel import NETWORKS, parse_network, ring_allreduce_time
+from minips.distributed.flat import FlatParams
 from minips.models import MLP
 
 

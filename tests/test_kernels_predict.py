@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minips.dist.algorithms.predictors import make_predictor
+from minips.distributed.algorithms.predictors import make_predictor
 from minips.kernels import predict as kp
 from minips.kernels import reference as ref
 

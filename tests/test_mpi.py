@@ -61,8 +61,8 @@ def _reference_stale_run(P, batch, steps, predictor, staleness):
     """One-process simulation of the stale-by-k rule on the same model and global batches."""
     import minips as mp
     from minips.data import BatchLoader, DistributedSampler
-    from minips.dist.flat import FlatParams
-    from minips.dist.staleness_lab import simulate_stale_sgd
+    from minips.distributed.flat import FlatParams
+    from minips.distributed.staleness_lab import simulate_stale_sgd
     from minips.models import MLP
 
     sys.path.insert(0, str(Path(WORKER).parent))
@@ -126,7 +126,7 @@ def test_emulated_network_delays_completion(tmp_path):
     # 2 ranks, 1 MB over a 1 Gb/s link: ring allreduce ~ 2*50us + 1MB*8ns = ~8.5 ms.
     script = (
         "import time, numpy as np\n"
-        "from minips.dist.comm import get_comm\n"
+        "from minips.distributed.comm import get_comm\n"
         "c = get_comm(network='1gbe')\n"
         "b = np.ones(262144, np.float32)\n"
         "t0 = time.perf_counter(); r = c.iallreduce(b); early = r.test(); r.wait()\n"
@@ -146,7 +146,7 @@ def test_emulated_link_carries_one_request_at_a_time(tmp_path):
     # wire one modelled time after the first, not at the same moment.
     script = (
         "import time, numpy as np\n"
-        "from minips.dist.comm import get_comm\n"
+        "from minips.distributed.comm import get_comm\n"
         "c = get_comm(network='1gbe')\n"
         "a, b = np.ones(262144, np.float32), np.ones(262144, np.float32)\n"
         "T = c.network.allreduce_time(a.nbytes, 2)\n"

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from minips.dist.algorithms.predictors import PREDICTORS, make_predictor
-from minips.dist.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
+from minips.distributed.algorithms.predictors import PREDICTORS, make_predictor
+from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""The scaling projection (minips.dist.projection) against hand-computed cases."""
+"""The scaling projection (minips.distributed.projection) against hand-computed cases."""
 import math
 
 import pytest
 
-from minips.dist.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
-from minips.dist.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
+from minips.distributed.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
+from minips.distributed.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
                                     rabenseifner_allreduce_time, step_time_overlap_sync, step_time_pseudo_sync,
                                     step_time_sync, weak_scaling_efficiency)
 

@@ -184,7 +184,7 @@ def test_failed_run_restores_signal_handlers_and_drains():
 
 def test_configs_main_toml_is_the_default_run():
     """The README points to configs/main.toml as the main job written out."""
-    from minips.dist.algorithms.predictors import make_predictor
+    from minips.distributed.algorithms.predictors import make_predictor
     from minips.train import TrainConfig, load_config
 
     cfg = load_config(ROOT / "configs" / "main.toml")

@@ -232,7 +232,7 @@ def _w72():
 
 
 def _w81():
-    from minips.dist.algorithms.predictors import Predictor
+    from minips.distributed.algorithms.predictors import Predictor
 
     class Swapped(Predictor):                 # alpha on the old value
         def __init__(self, staleness=1, alpha=0.5):
@@ -259,7 +259,7 @@ def _w81():
 
 
 def _w82():
-    from minips.dist.algorithms.predictors import Predictor
+    from minips.distributed.algorithms.predictors import Predictor
 
     class NoTrend(Predictor):
         def __init__(self, staleness=1, alpha=0.5, beta=0.1):
@@ -302,7 +302,7 @@ def _w101():
 
 
 def _w102():
-    from minips.dist.costmodel import ring_allreduce_time
+    from minips.distributed.costmodel import ring_allreduce_time
 
     def inverted(tc, n, P, a, b, algo):
         T = ring_allreduce_time(n, P, a, b)

@@ -124,7 +124,7 @@ except RuntimeError as e:
 # also why a training loop must zero the gradients before each backward pass. In the
 # distributed steps (5-8) each parameter's `.grad` is a *view* into one big flat buffer
 # that MPI sends; adding in place keeps the view, and the algorithm zeroes the whole buffer
-# before each backward (`Algorithm.before_backward` in `minips/dist/algorithms/base.py`).
+# before each backward (`Algorithm.before_backward` in `minips/distributed/algorithms/base.py`).
 
 # %%
 a = mp.tensor([1.0, 2.0], requires_grad=True)

@@ -22,13 +22,13 @@
 # - **Iallreduce**, the nonblocking version: it returns a **request** at once; you compute,
 #   then `wait`. And the surprise: the reduction may not advance while you compute, unless
 #   something drives MPI's **progress** engine;
-# - how minips wraps all this in one class, `Comm` (`minips/dist/comm.py`, the only file of
+# - how minips wraps all this in one class, `Comm` (`minips/distributed/comm.py`, the only file of
 #   minips that imports mpi4py).
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, a few seconds.
 # (Opened as a notebook it runs on one rank, where every collective is trivial; run the
 # command above in a terminal, or `!mpiexec -n 2 python 04_mpi_basics.py` in a cell.)
-# **Files to read alongside**: `minips/dist/comm.py` (`Comm`, `Request`, `get_comm`).
+# **Files to read alongside**: `minips/distributed/comm.py` (`Comm`, `Request`, `get_comm`).
 
 # %%
 import time
@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
-from minips.dist.comm import get_comm
+from minips.distributed.comm import get_comm
 
 comm = mpi_setup()
 require_ranks(comm, 2, "04_mpi_basics.py")
@@ -289,12 +289,12 @@ overlapped = exercise("4.2", overlapped, comm=comm)
 # To see what the algorithms of steps 5-8 are for, minips can **emulate** an interconnect:
 # with `get_comm(network="1gbe")` (or `--network 1gbe`) every allreduce takes at least the
 # time a ring allreduce would take on 1 Gb/s Ethernet,
-# `2 (P-1) alpha + 2 (P-1)/P n beta` (`minips/dist/costmodel.py`), and the waiting rank
+# `2 (P-1) alpha + 2 (P-1)/P n beta` (`minips/distributed/costmodel.py`), and the waiting rank
 # *sleeps* for the difference, as it would with a network card that moves the data.
 # Everything measured that way is labelled EMULATED.
 
 # %%
-from minips.dist.costmodel import NETWORKS  # noqa: E402
+from minips.distributed.costmodel import NETWORKS  # noqa: E402
 
 c = get_comm(network="1gbe")
 b = np.ones(2**20 // 4, np.float32)

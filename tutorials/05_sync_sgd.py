@@ -21,14 +21,14 @@
 # - why P ranks with batch b each compute *exactly* one-process SGD with batch P*b (and we
 #   check it numerically, to float32 rounding);
 # - the driving interface every distributed algorithm of minips shares
-#   (`minips/dist/algorithms/base.py`);
+#   (`minips/distributed/algorithms/base.py`);
 # - what synchronous SGD costs: every step waits for the whole allreduce. On a slow
 #   network, with a model whose gradient is large compared to its compute, that wait
 #   dominates.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/05_sync_sgd.py`, about 12 s on idle cores.
 # **Files to read alongside**: `minips/data/sampler.py` (DistributedSampler),
-# `minips/dist/algorithms/base.py` and `sync.py`, `minips/dist/flat.py` (first half).
+# `minips/distributed/algorithms/base.py` and `sync.py`, `minips/distributed/flat.py` (first half).
 
 # %%
 import inspect
@@ -39,8 +39,8 @@ import numpy as np
 import minips as mp
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
-from minips.dist.algorithms import make_algorithm
-from minips.dist.algorithms.sync import SyncSGD
+from minips.distributed.algorithms import make_algorithm
+from minips.distributed.algorithms.sync import SyncSGD
 from minips.models import MLP
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig
@@ -77,20 +77,20 @@ say("the same samples:", np.array_equal(together, one_process))
 # The gradient of the mean loss over the P*b samples is the mean of the P ranks' gradients
 # (each a mean over b samples: the mean of equal-size means is the mean). So a step is:
 # compute the local gradient, **Allreduce** it (sum), divide by P, update. Here is
-# `SyncSGD.step` from `minips/dist/algorithms/sync.py`:
+# `SyncSGD.step` from `minips/distributed/algorithms/sync.py`:
 
 # %%
 say(inspect.getsource(SyncSGD.step))
 
 # %% [markdown]
 # `self.flat.grads[0]` is the gradient of the *whole model* in one contiguous float32
-# buffer: `FlatParams` (`minips/dist/flat.py`) allocates one buffer for all weights and
+# buffer: `FlatParams` (`minips/distributed/flat.py`) allocates one buffer for all weights and
 # one for all gradients, and makes every `p.data` and `p.grad` a *view* into them. One
 # allreduce of one big buffer pays the latency once instead of once per tensor. (Step 6
 # looks at its layout.) The optimizer is rebound to that flat buffer too, so
 # `optimizer.apply(0, weights, direction)` updates everything at once.
 #
-# Every algorithm is driven the same way (`minips/dist/algorithms/base.py`); this is the
+# Every algorithm is driven the same way (`minips/distributed/algorithms/base.py`); this is the
 # Trainer's loop without the bookkeeping, here with a small MLP (784 -> 64 -> 10) so that
 # it takes seconds:
 
@@ -252,7 +252,7 @@ if comm.rank == 0:
 #
 # Write `ring_allreduce_seconds(nbytes, P, alpha, beta)`, the time of a ring allreduce of
 # `nbytes` bytes over `P` ranks, for latency `alpha` (s) and `beta` seconds per byte
-# (the formula is in section 5 of step 4, and in `minips/dist/costmodel.py`; with one rank
+# (the formula is in section 5 of step 4, and in `minips/distributed/costmodel.py`; with one rank
 # there is nothing to do). Then compare its prediction with the wait measured above.
 
 # %%
@@ -263,7 +263,7 @@ def ring_allreduce_seconds(nbytes, P, alpha, beta):
 
 # %%
 ring_allreduce_seconds = exercise("5.2", ring_allreduce_seconds)
-from minips.dist.costmodel import NETWORKS  # noqa: E402
+from minips.distributed.costmodel import NETWORKS  # noqa: E402
 from minips.nn.conv import ConvNet  # noqa: E402
 
 gradient_bytes = {"mlp": 4 * MLP(784, (256,), 10).num_parameters(), "convnet": 4 * ConvNet().num_parameters()}

@@ -25,9 +25,9 @@
 #   ready, which depends on the model and on the order in which backward visits the graph.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/06_overlap_buckets.py`, about 11 s on idle cores.
-# **Files to read alongside**: `minips/dist/flat.py` (FlatParams, buckets),
+# **Files to read alongside**: `minips/distributed/flat.py` (FlatParams, buckets),
 # `minips/autograd.py::backward` (where leaf hooks fire), `minips/tensor.py::register_grad_hook`,
-# `minips/dist/algorithms/sync.py::OverlapSyncSGD`.
+# `minips/distributed/algorithms/sync.py::OverlapSyncSGD`.
 
 # %%
 import inspect
@@ -39,10 +39,10 @@ import numpy as np
 import minips as mp
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
-from minips.dist.algorithms import make_algorithm
-from minips.dist.algorithms.sync import OverlapSyncSGD
-from minips.dist.comm import get_comm
-from minips.dist.flat import FlatParams
+from minips.distributed.algorithms import make_algorithm
+from minips.distributed.algorithms.sync import OverlapSyncSGD
+from minips.distributed.comm import get_comm
+from minips.distributed.flat import FlatParams
 from minips.models import MLP
 from minips.nn.conv import ConvNet
 from minips.optim import SGD
@@ -238,7 +238,7 @@ if comm.rank == 0:
 #
 # On the emulation: a request's modelled wire time starts when the link is free, so two
 # buckets in flight at once queue one behind the other, as on a real link
-# (`minips/dist/comm.py`, `_link_free`).
+# (`minips/distributed/comm.py`, `_link_free`).
 #
 # ### The Trainer's view: overlap efficiency
 #

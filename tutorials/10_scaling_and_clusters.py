@@ -24,7 +24,7 @@
 #   checkpoints and requeueing (`examples/slurm_pseudo_sync.sh`).
 #
 # **Runs in**: one process (it launches `mpiexec -n 2` itself), about 30 s on idle cores.
-# **Files to read alongside**: `minips/dist/costmodel.py`, `minips/bench/comm.py`,
+# **Files to read alongside**: `minips/distributed/costmodel.py`, `minips/bench/comm.py`,
 # `examples/slurm_pseudo_sync.sh`, `docs/distributed.md` ("Running on a Slurm cluster").
 
 # %%
@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from _common import ROOT, exercise, minips_cli, mpiexec, out_dir, pick, show, show_png
-from minips.dist.costmodel import NETWORKS
+from minips.distributed.costmodel import NETWORKS
 from minips.nn.conv import ConvNet
 
 OUT = out_dir("10")
@@ -157,7 +157,7 @@ for net, ss in p2.items():
 # Write `weak_scaling_efficiency(t_compute, nbytes, P, alpha, beta, algo)` for `algo` in
 # `"sync"` and `"pseudo-sync"` (k = 1): the one-rank step time (just `t_compute`: one rank
 # does not communicate) divided by the P-rank step time of the model above.
-# `minips.dist.costmodel.ring_allreduce_time(nbytes, P, alpha, beta)` gives `T`.
+# `minips.distributed.costmodel.ring_allreduce_time(nbytes, P, alpha, beta)` gives `T`.
 
 # %%
 def weak_scaling_efficiency(t_compute, nbytes, P, alpha, beta, algo):
@@ -293,4 +293,4 @@ print(f"resumed run ended at step {summary['steps']} (algorithm {summary['algo']
 #
 # That is the end of the course. Where to go from here: `docs/distributed.md` (every
 # algorithm next to its code), `docs/kernels.md`, and the algorithms you can add to
-# `minips/dist/algorithms/` (local SGD, gossip, compression) against the same interface.
+# `minips/distributed/algorithms/` (local SGD, gossip, compression) against the same interface.

@@ -105,13 +105,13 @@ _comm = None
 
 
 def mpi_setup(network=None, progress: str = "poll"):
-    """The world communicator (:func:`minips.dist.comm.get_comm`).
+    """The world communicator (:func:`minips.distributed.comm.get_comm`).
 
     Under ``mpiexec``, an uncaught exception on any rank prints its traceback
     and aborts every rank, so a failing check never leaves the others hanging.
     """
     global _comm
-    from minips.dist.comm import abort_on_exception, get_comm
+    from minips.distributed.comm import abort_on_exception, get_comm
 
     _comm = get_comm(network, progress)
     if _comm.size > 1 and not IN_NOTEBOOK:

@@ -278,7 +278,7 @@ def _tiny_problem(comm, seed=0):
 @register("5.1", S05, "sync_step", "that is SyncSGD.step.", mpi=True)
 def check_sync_step(sync_step, comm):
     import minips as mp
-    from minips.dist.algorithms import make_algorithm
+    from minips.distributed.algorithms import make_algorithm
     from minips.models import MLP
     from minips.optim import SGD
 
@@ -312,9 +312,9 @@ def check_sync_step(sync_step, comm):
         _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
 
 
-@register("5.2", S05, "ring_allreduce_seconds", "this is minips.dist.costmodel.ring_allreduce_time.")
+@register("5.2", S05, "ring_allreduce_seconds", "this is minips.distributed.costmodel.ring_allreduce_time.")
 def check_ring_allreduce_seconds(ring_allreduce_seconds):
-    from minips.dist.costmodel import ring_allreduce_time
+    from minips.distributed.costmodel import ring_allreduce_time
 
     for nbytes, P, alpha, beta in [(1e6, 2, 5e-5, 8e-9), (4e6, 8, 1e-6, 1e-10), (8, 64, 1e-5, 1e-9),
                                    (1e6, 1, 5e-5, 8e-9), (3e7, 1024, 2e-6, 4e-11)]:
@@ -335,7 +335,7 @@ S06 = "06_overlap_buckets"
 @register("6.1", S06, "bucket_plan", "that is FlatParams._make_buckets.")
 def check_bucket_plan(bucket_plan):
     import minips as mp
-    from minips.dist.flat import FlatParams
+    from minips.distributed.flat import FlatParams
     from minips.nn.conv import ConvNet
 
     cases = [([100, 10, 300, 5], 0.0), ([100, 10, 300, 5], 1e-6), ([2**18, 3, 2**18, 7, 2**16], 1.0),
@@ -385,7 +385,7 @@ S07 = "07_pseudo_sync"
 
 @register("7.1", S07, "stale_sgd", "that is the rule of PseudoSyncSGD.step with the `last` predictor.")
 def check_stale_sgd(stale_sgd):
-    from minips.dist.staleness_lab import LeastSquares, simulate_stale_sgd
+    from minips.distributed.staleness_lab import LeastSquares, simulate_stale_sgd
 
     problem = LeastSquares(d=20, m=200, cond=50.0, rotate=True, seed=3)
     rng = np.random.default_rng(71)
@@ -442,7 +442,7 @@ def _compare_predictor(mine, ref, what, hint):
 
 @register("8.1", S08, "MyEMA")
 def check_my_ema(MyEMA):
-    from minips.dist.algorithms.predictors import EMAPredictor
+    from minips.distributed.algorithms.predictors import EMAPredictor
 
     for alpha in (0.5, 0.2):
         _compare_predictor(MyEMA(2, alpha=alpha), EMAPredictor(2, alpha=alpha), f"MyEMA(alpha={alpha})",
@@ -452,7 +452,7 @@ def check_my_ema(MyEMA):
 
 @register("8.2", S08, "MyHolt")
 def check_my_holt(MyHolt):
-    from minips.dist.algorithms.predictors import HoltPredictor
+    from minips.distributed.algorithms.predictors import HoltPredictor
 
     for k, alpha, beta in ((2, 0.5, 0.1), (1, 0.3, 0.4)):
         _compare_predictor(MyHolt(k, alpha=alpha, beta=beta), HoltPredictor(k, alpha=alpha, beta=beta),
@@ -514,9 +514,9 @@ def check_masked_cross_entropy(masked_cross_entropy):
 S10 = "10_scaling_and_clusters"
 
 
-@register("10.1", S10, "fit_alpha_beta", "that is minips.dist.costmodel.fit_ring_allreduce.")
+@register("10.1", S10, "fit_alpha_beta", "that is minips.distributed.costmodel.fit_ring_allreduce.")
 def check_fit_alpha_beta(fit_alpha_beta):
-    from minips.dist.costmodel import fit_ring_allreduce, ring_allreduce_time
+    from minips.distributed.costmodel import fit_ring_allreduce, ring_allreduce_time
 
     rng = np.random.default_rng(101)
     for P, alpha, beta in ((2, 5e-6, 2e-10), (8, 5e-5, 8e-9)):
@@ -542,7 +542,7 @@ def check_fit_alpha_beta(fit_alpha_beta):
 
 @register("10.2", S10, "weak_scaling_efficiency")
 def check_weak_scaling_efficiency(weak_scaling_efficiency):
-    from minips.dist.costmodel import ring_allreduce_time
+    from minips.distributed.costmodel import ring_allreduce_time
 
     for tc, n, P, a, b in [(0.06, 1.7e6, 2, 5e-5, 8e-9), (0.06, 1.7e6, 64, 5e-5, 8e-9), (0.01, 1e8, 256, 1e-6, 1e-10),
                            (0.2, 4e5, 1, 5e-5, 8e-9), (0.005, 1.7e6, 1024, 5e-5, 8e-9)]:

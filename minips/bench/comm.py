@@ -6,7 +6,7 @@ message size from 8 B to 64 MB (float32), the mean time of a blocking
 ``Allreduce`` and of ``Iallreduce`` + ``Wait``, the algorithm bandwidth n/t and
 the bus bandwidth ``2(P-1)/P * n / t`` (the bytes each rank must move in a ring
 allreduce, NCCL-tests' convention). An alpha-beta ring model is fitted to the
-blocking times (:func:`minips.dist.costmodel.fit_ring_allreduce`).
+blocking times (:func:`minips.distributed.costmodel.fit_ring_allreduce`).
 
 Part 2, overlap: post an ``Iallreduce`` of ``--overlap-mb`` MB, compute for
 about 1.5x the time the allreduce takes alone (float32 GEMMs, as in a forward
@@ -82,7 +82,7 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
     ``compute_alone``, ``compute_with_comm``, ``wait_after``, and
     ``overlap_efficiency``, ``compute_slowdown``, ``speedup_vs_serial``.
     """
-    from ..dist.comm import get_comm
+    from ..distributed.comm import get_comm
 
     comm = get_comm(comm.network, mode)
     buf = np.ones(nbytes // 4, np.float32)
@@ -113,8 +113,8 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
 
 
 def run(args) -> int:
-    from ..dist.comm import get_comm
-    from ..dist.costmodel import fit_ring_allreduce
+    from ..distributed.comm import get_comm
+    from ..distributed.costmodel import fit_ring_allreduce
 
     comm = get_comm(args.network, "none")
     P = comm.size

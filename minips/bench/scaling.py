@@ -18,7 +18,7 @@ communication (and sharing the node's memory bandwidth) costs, not thread
 scaling. Up to the number of cores the ranks are bound to cores; beyond it
 they are oversubscribed (fine for correctness, meaningless for timing).
 
-Then the model (:mod:`minips.dist.projection`):
+Then the model (:mod:`minips.distributed.projection`):
 
 - *predicted vs measured*: the step time at each measured P predicted from the
   P = 1 compute profile plus (a) the blocking allreduce time the Trainer
@@ -84,7 +84,7 @@ def parse_algos(spec: str) -> list[dict]:
     Raises:
         ScalingError: empty or malformed, or an algorithm with no step-time model.
     """
-    from ..dist.projection import STEP_TIME
+    from ..distributed.projection import STEP_TIME
 
     out = []
     for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
@@ -192,7 +192,7 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
 
 def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int]]:
     """(gradient bytes, overlap-sync bucket bytes in backward order) of ``model``."""
-    from ..dist.flat import FlatParams
+    from ..distributed.flat import FlatParams
     from ..models import build_model
     from ..tasks import make_task
 
@@ -202,7 +202,7 @@ def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int
 
 
 def _profile(row: dict, grad_bytes: int, buckets):
-    from ..dist.projection import StepProfile
+    from ..distributed.projection import StepProfile
     return StepProfile.from_summary(row, grad_bytes, buckets)
 
 
@@ -210,8 +210,8 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
     """Predicted vs measured step time at each measured P > 1, from the P = 1
     profile of the same algorithm and (a) the measured blocking allreduce time
     at that P, (b) the fitted network ``fit_net`` (if given)."""
-    from ..dist.costmodel import NetworkModel
-    from ..dist.projection import STEP_TIME
+    from ..distributed.costmodel import NetworkModel
+    from ..distributed.projection import STEP_TIME
 
     out = []
     for r in rows:
@@ -241,7 +241,7 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
 
 
 def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0) -> dict:
-    """E(P) per network and algorithm (see :func:`minips.dist.projection.project`).
+    """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
 
     At P = 1 every algorithm computes the same thing, and their measured
     compute differs only by noise; so all share one compute profile (forward,
@@ -249,8 +249,8 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     each adds its own measured predictor time."""
     import dataclasses
 
-    from ..dist.costmodel import parse_network
-    from ..dist.projection import project
+    from ..distributed.costmodel import parse_network
+    from ..distributed.projection import project
 
     ones = [r for r in rows if r["P"] == 1]
     if not ones:
@@ -410,8 +410,8 @@ def plot_projection(result: dict, path) -> None:
 
 def _comm_fit(path):
     """(NetworkModel of the fit, phi from the poll-mode overlap or None) of a bench comm JSON."""
-    from ..dist.costmodel import NetworkModel
-    from ..dist.projection import interference_from_overlap
+    from ..distributed.costmodel import NetworkModel
+    from ..distributed.projection import interference_from_overlap
 
     c = json.loads(Path(path).read_text())
     if not c.get("fit"):
@@ -426,7 +426,7 @@ def _comm_fit(path):
 
 
 def run(args) -> int:
-    from ..dist.comm import launched_by_mpi
+    from ..distributed.comm import launched_by_mpi
 
     if launched_by_mpi() and os.environ.get("MINIPS_MPI") != "1":
         raise ScalingError("bench scaling launches mpiexec itself: run it as one plain process, "

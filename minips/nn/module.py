@@ -34,7 +34,7 @@ class Module:
 
     Assigning a :class:`Parameter` or a Module to an attribute registers it;
     :meth:`parameters` and :meth:`named_parameters` walk them in assignment
-    order (the order :mod:`minips.dist.flat` lays them out in the flat buffer).
+    order (the order :mod:`minips.distributed.flat` lays them out in the flat buffer).
     Subclasses implement ``forward``; call the module itself (``m(x)``).
     """
 

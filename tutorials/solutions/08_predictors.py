@@ -1,7 +1,7 @@
 """Reference solutions of step 8 (tutorials/08_predictors.py)."""
 import numpy as np
 
-from minips.dist.algorithms.predictors import Predictor
+from minips.distributed.algorithms.predictors import Predictor
 
 
 # Exercise 8.1

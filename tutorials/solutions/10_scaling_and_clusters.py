@@ -1,7 +1,7 @@
 """Reference solutions of step 10 (tutorials/10_scaling_and_clusters.py)."""
 import numpy as np
 
-from minips.dist.costmodel import ring_allreduce_time
+from minips.distributed.costmodel import ring_allreduce_time
 
 
 # Exercise 10.1

@@ -14,7 +14,7 @@ the same algorithm.
    (:class:`StepProfile`). Stragglers, OS noise and data loading at scale are
    ignored (they lower the real efficiency).
 2. *The allreduce is a ring* (reduce-scatter + allgather;
-   :func:`~minips.dist.costmodel.ring_allreduce_time`, Thakur, Rabenseifner &
+   :func:`~minips.distributed.costmodel.ring_allreduce_time`, Thakur, Rabenseifner &
    Gropp 2005): ``2(P-1) alpha + 2(P-1)/P n beta``. The reduction arithmetic is
    not modelled separately (a fitted alpha/beta absorb it). The latency term
    grows linearly in P; MPICH switches to recursive doubling / Rabenseifner's
@@ -22,7 +22,7 @@ the same algorithm.
    when that is cheaper, so the ring is pessimistic at very large P for small
    messages.
 3. *Network parameters* are nominal (link signalling rate and a typical MPI
-   latency for the class of network: :data:`~minips.dist.costmodel.NETWORKS`)
+   latency for the class of network: :data:`~minips.distributed.costmodel.NETWORKS`)
    or fitted on a real machine with ``bench comm``. No contention from other
    jobs, a full-bisection fat tree (the ring's neighbour links never share a
    wire).

@@ -45,7 +45,7 @@ class OverlapSyncSGD(Algorithm):
             models 100x larger).
 
     Attributes:
-        requests: bucket index -> :class:`~minips.dist.comm.Request` of the
+        requests: bucket index -> :class:`~minips.distributed.comm.Request` of the
             current (or last) step, with ``post_time`` and ``complete_time``
             for timelines.
     """

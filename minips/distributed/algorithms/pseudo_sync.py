@@ -53,7 +53,7 @@ class PseudoSyncSGD(Algorithm):
     Args:
         staleness: k >= 1 (default 1).
         predictor: ``last``, ``ema``, ``holt``, ``lookahead`` or ``adaptive``
-            (default; see :mod:`minips.dist.algorithms.predictors`).
+            (default; see :mod:`minips.distributed.algorithms.predictors`).
         predictor_options: dict of the predictor's options (e.g. ``{"rho": 0.9}``).
 
     Raises:

@@ -43,7 +43,7 @@ class Algorithm:
         params: the model's Parameters (float32).
         optimizer: an :class:`minips.optim.SGD` over those parameters; it is
             rebound to the single flat weight buffer.
-        comm: a :class:`minips.dist.comm.Comm`.
+        comm: a :class:`minips.distributed.comm.Comm`.
         num_grad_buffers: gradient buffers to allocate (pseudo-sync needs k+1).
         bucket_mb: bucket size for per-bucket communication (MiB; 0 = one bucket).
 

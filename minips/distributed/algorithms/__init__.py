@@ -1,7 +1,7 @@
 """Distributed training algorithms, one small class each, one interface.
 
 ``make_algorithm(name, params, optimizer, comm, **options)`` builds one by name;
-:data:`ALGORITHMS` lists them. See :mod:`minips.dist.algorithms.base` for the
+:data:`ALGORITHMS` lists them. See :mod:`minips.distributed.algorithms.base` for the
 interface the Trainer drives.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ in one process, with the same predictors as :class:`PseudoSyncSGD`.
 Why: on a quadratic the effect of a stale gradient is visible in seconds and
 can be reasoned about exactly (the Hessian is known), which is what tutorial 8
 and the predictor tests use. The step rule is the one of
-:mod:`minips.dist.algorithms.pseudo_sync`::
+:mod:`minips.distributed.algorithms.pseudo_sync`::
 
     step t:  g_t = grad(w_t, batch_t)            (the "allreduce" of g_t starts)
              if t >= k:  G = g_{t-k};  d_t = predictor.predict(G, w_t, w_{t-k})

@@ -240,7 +240,7 @@ class Comm:
     def _check(self, buf):
         if not isinstance(buf, np.ndarray) or buf.dtype != np.float32 or not buf.flags.c_contiguous:
             raise TypeError("allreduce buffers must be contiguous float32 numpy arrays "
-                            f"(got {type(buf).__name__} {getattr(buf, 'dtype', '')}); use minips.dist.flat")
+                            f"(got {type(buf).__name__} {getattr(buf, 'dtype', '')}); use minips.distributed.flat")
         if not buf.flags.writeable:
             raise RuntimeError("allreduce on a read-only buffer: it is probably still in flight "
                                "in an earlier request; wait for that request first")
