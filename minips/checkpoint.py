@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["save", "load", "write_tree", "read_tree", "CheckpointError"]
+__all__ = ["save", "load", "write_tree", "read_tree", "CheckpointError", "save_trainer", "restore_trainer"]
 
 FORMAT_VERSION = 1
 
@@ -124,3 +124,108 @@ def load(path) -> dict:
             return read_tree(f)
     except OSError as e:
         raise CheckpointError(f"{path} is not a readable HDF5 checkpoint ({e})") from None
+
+
+# --- a Trainer's state -------------------------------------------------------------------
+
+#: Options that fix a run's trajectory: a checkpoint resumes only with the same values.
+TRAJECTORY_KEYS = ("model", "data", "batch_size", "seed", "lr", "momentum", "nesterov", "weight_decay",
+                   "schedule", "warmup_epochs", "scale_lr", "epochs", "partition")
+
+
+def save_trainer(trainer, path) -> None:
+    """Write a checkpoint of the trainer's current step (collective: every rank
+    must call it).
+
+    In-flight requests are completed first (``algo.drain()``: results are kept,
+    the trajectory does not change). When the algorithm keeps ranks identical,
+    rank 0's weights, optimizer and algorithm state are stored; otherwise every
+    rank's (gathered to rank 0; ``per_rank`` = True). Every rank's RNG state is
+    always stored. Rank 0 writes; the outcome is broadcast, so a failed write
+    raises on every rank instead of leaving them hanging.
+
+    Raises:
+        RuntimeError: the write failed (on every rank).
+    """
+    import dataclasses
+
+    from . import random as mrandom
+    from .rundir import json_default
+
+    algo, comm = trainer.algo, trainer.comm
+    algo.drain()
+    rng_states = comm.allgather(json.dumps(mrandom.get_state()))
+    per_rank = not algo.replicated
+    mine = {"weights": algo.flat.weights.copy(), "optimizer": trainer.optimizer.state_dict(),
+            "algorithm": algo.state_dict()}
+    ranks = comm.allgather(mine) if per_rank else [mine]
+    error = None
+    if comm.rank == 0:
+        state = {
+            "step": trainer.global_step, "world_size": comm.size, "per_rank": per_rank,
+            "config": json.dumps(dataclasses.asdict(trainer.cfg)),
+            "rng": rng_states,
+            "history": json.dumps(trainer.history),
+            "trace": json.dumps(trainer.trace_rows, default=json_default),
+        }
+        if per_rank:
+            state["ranks"] = ranks
+        else:
+            state.update(mine)
+        try:
+            save(path, state)
+        except OSError as e:
+            error = f"could not write checkpoint {path}: {e}"
+    error = comm.bcast_obj(error)
+    if error:
+        raise RuntimeError(error)
+
+
+def restore_trainer(trainer, path) -> None:
+    """Load a checkpoint into a freshly built trainer (before ``algo.start()``).
+
+    Raises:
+        CheckpointError: missing/invalid file, a different number of ranks, or
+            a run configuration (or algorithm and its options) that differs in
+            what fixes the trajectory.
+    """
+    import dataclasses
+
+    from . import random as mrandom
+    from .config import TrainConfig
+
+    cfg, comm = trainer.cfg, trainer.comm
+    state = load(path)
+    saved = json.loads(state["config"])
+    if int(state["world_size"]) != comm.size:
+        raise CheckpointError(
+            f"checkpoint {path} was written by {state['world_size']} rank(s), this job has "
+            f"{comm.size}; resume with mpiexec -n {state['world_size']} (the data sharding and the "
+            "averaged gradients depend on the number of ranks, so the trajectory cannot continue otherwise)")
+    saved.setdefault("partition", "iid")  # checkpoints from before partitions
+    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
+            if saved.get(k) != getattr(cfg, k)]
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    then = TrainConfig(**{k: v for k, v in saved.items() if k in known}).resolve_algo()
+    now = trainer.spec
+    if (then.name, then.options_dict()) != (now.name, now.options_dict()):
+        diff.append(f"algorithm: checkpoint {then.name} {then.options_dict()}, now {now.name} {now.options_dict()}")
+    if diff:
+        raise CheckpointError(f"checkpoint {path} was written by a different run configuration ("
+                              + "; ".join(diff) + "); pass the same options to continue its trajectory")
+    mine = state["ranks"][comm.rank] if state.get("per_rank") else state
+    w = np.asarray(mine["weights"], np.float32)
+    algo = trainer.algo
+    if w.shape != algo.flat.weights.shape:
+        raise CheckpointError(f"checkpoint {path} holds {w.size} weights, the model has "
+                              f"{algo.flat.weights.size}")
+    algo.flat.weights[...] = w
+    opt = dict(mine["optimizer"])
+    opt["buffers"] = list(opt["buffers"])
+    trainer.optimizer.load_state_dict(opt)
+    algo.load_state_dict(mine["algorithm"])
+    mrandom.set_state(json.loads(state["rng"][comm.rank]))
+    trainer.global_step = int(state["step"])
+    trainer.history = json.loads(state["history"])
+    trainer.trace_rows = json.loads(state["trace"])
+

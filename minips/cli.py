@@ -1,4 +1,4 @@
-"""Command line: ``python -m minips {train,compare,bench,data,plot}``.
+"""Command line: ``python -m minips {train,compare,algorithms,bench,data,plot}``.
 
 Each subcommand lives in a function ``cmd_<name>``; further subcommands
 (``compare``, ``bench``, ``plot``) register themselves through
@@ -35,7 +35,8 @@ def _bool_flag(p, name, help):
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train`` (also used by ``compare``). Defaults are None so
     that a config file's values survive unless a flag is given."""
-    from .train import TrainConfig
+    from .config import TrainConfig
+    from .distributed.algorithms import ALGORITHMS
     d = TrainConfig()
     p.add_argument("--config", help="TOML file of options (keys = the long flag names); flags override it")
     p.add_argument("--model", help=f"mlp, convnet or captioner (default {d.model})")
@@ -52,11 +53,22 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _bool_flag(p, "scale-lr", "multiply lr by the number of ranks (linear scaling rule)")
     p.add_argument("--seed", type=int, help=f"seed of initialisation and data order (default {d.seed})")
     p.add_argument("--out", help=f"output directory (default {d.out})")
-    p.add_argument("--algo", help=f"sync, overlap-sync, pseudo-sync, ... (default {d.algo})")
-    p.add_argument("--predictor", help="pseudo-sync gradient predictor: last, ema, holt, lookahead, adaptive "
-                                       f"(default {d.predictor})")
-    p.add_argument("--staleness", type=int, help="pseudo-sync staleness k >= 1 (default 1)")
-    p.add_argument("--bucket-mb", type=float, help=f"overlap-sync bucket size in MiB (default {d.bucket_mb})")
+    p.add_argument("--algo", help="algorithm spec NAME[:key=value]...[@LABEL], e.g. local-sgd:period=8; NAME is "
+                                  f"one of {', '.join(ALGORITHMS)} (default {d.algo}; "
+                                  "python -m minips algorithms lists each one's options)")
+    p.add_argument("--predictor", help="the algorithm's 'predictor' option, for algorithms that have it "
+                                       "(same as NAME:predictor=...)")
+    p.add_argument("--staleness", type=int, help="the algorithm's 'staleness' option (k >= 1), for algorithms "
+                                                 "that have it")
+    p.add_argument("--bucket-mb", type=float, help="the algorithm's 'bucket-mb' option (MiB), for algorithms "
+                                                   "that have it")
+    p.add_argument("--partition", help="how the training set is split over ranks: iid (default), by-class:N "
+                                       "(N classes per rank) or dirichlet:ALPHA (label proportions ~ Dir(ALPHA))")
+    p.add_argument("--consensus-every", type=int, help="when ranks hold different weights: log the consensus "
+                                                       f"distance every N steps (default {d.consensus_every}; "
+                                                       "0 = only at evaluations)")
+    _bool_flag(p, "eval-rank0", "when ranks hold different weights: also evaluate rank 0's own model "
+                                "(the averaged model is always evaluated)")
     p.add_argument("--network", help="emulate an interconnect: 1gbe, 10gbe, 25gbe, ib-fdr, ib-edr, ib-hdr, "
                                      "or alpha=SECONDS,beta=SECONDS_PER_BYTE")
     p.add_argument("--progress", choices=["none", "poll", "thread"], help="how nonblocking MPI requests "
@@ -76,7 +88,7 @@ def config_from_args(args):
     Raises:
         ConfigError: bad config file or values.
     """
-    from .train import TrainConfig, config_fields, load_config
+    from .config import TrainConfig, config_fields, load_config
     values = load_config(args.config) if getattr(args, "config", None) else {}
     for name in config_fields():
         v = getattr(args, name, None)
@@ -85,7 +97,7 @@ def config_from_args(args):
     try:
         cfg = TrainConfig(**values)
     except TypeError as e:
-        from .train import ConfigError
+        from .config import ConfigError
         raise ConfigError(str(e)) from None
     # TOML gives ints where floats are expected and the reverse: normalise.
     for f in dataclasses.fields(cfg):
@@ -115,13 +127,43 @@ def cmd_data(args) -> int:
     raise SystemExit(f"unknown data set {args.dataset!r}")
 
 
+def cmd_algorithms(args) -> int:
+    """List every registered algorithm (text, or JSON with ``--json``)."""
+    import json
+
+    from .distributed.algorithms import describe_algorithms
+    rows = describe_algorithms()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    print("Algorithm specs: NAME[:key=value]...[@LABEL], e.g. --algo pseudo-sync:predictor=last:staleness=2\n")
+    for r in rows:
+        ident = "ranks identical" if r["replicated"] else "ranks hold different weights"
+        print(f"{r['name']}  [{r['family']}; {ident}]")
+        print(f"    {r['summary']}")
+        if r["positional"]:
+            print(f"    short form: {r['name']}:" + ":".join(p.upper() for p in r["positional"]))
+        for o in r["options"]:
+            unit = f" {o['unit']}" if o["unit"] else ""
+            default = o["default"] if o["default"] not in ({}, None) else "-"
+            print(f"    {o['name']:<18} {o['type']:<6} default {default}{unit}  {o['help']}")
+        if not r["options"]:
+            print("    (no options)")
+        print(f"    paper: {r['paper'] or '-'}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m minips",
                                  description="minips: data-parallel SGD, from scratch, for CPU clusters")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,compare,bench,data,plot}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,compare,algorithms,bench,data,plot}")
     p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("algorithms", help="list every algorithm: family, options with defaults and units, paper")
+    p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    p.set_defaults(func=cmd_algorithms)
 
     p = sub.add_parser("data", help="build data sets (HDF5) from their sources")
     p.add_argument("dataset", choices=["fashion-mnist", "moving-fmnist-captions"])

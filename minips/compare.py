@@ -1,54 +1,45 @@
 """``python -m minips compare``: several algorithms, one after another, on the
 same seed, data, model and machine; a markdown table and figures.
 
-Run it under ``mpiexec -n P`` like ``train``. Algorithms are given as
-``NAME[:PREDICTOR[:K]]``, e.g. ``sync,overlap-sync,pseudo-sync:last,pseudo-sync:adaptive:2``.
+Run it under ``mpiexec -n P`` like ``train``. Algorithms are given as spec
+strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
+``sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:adaptive:2`` (the
+positional short form ``pseudo-sync:PREDICTOR:K`` still works).
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
 ``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from .cli import add_train_arguments, config_from_args, subcommand
+from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
 
 __all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table"]
 
 
 def parse_algos(spec: str) -> list[dict]:
-    """``"sync,pseudo-sync:adaptive:2"`` -> ``[{"algo": "sync"}, {"algo": "pseudo-sync",
-    "predictor": "adaptive", "staleness": 2}]``.
+    """``"sync,pseudo-sync:predictor=last:staleness=2@stale2"`` -> one entry per
+    comma-separated algorithm spec (grammar: :mod:`minips.distributed.algorithms.spec`):
+    ``{"algo": the spec, "label": its label}``.
 
     Raises:
-        ValueError: an empty list, a malformed entry, or a predictor given to a
-            non-pseudo-sync algorithm.
+        ValueError: an empty list, or an entry that is not a valid spec
+            (unknown algorithm or option, bad value), naming the entry.
     """
+    from .distributed.algorithms import resolve
+
     out = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
-        parts = item.split(":")
-        if len(parts) > 3 or not parts[0]:
-            raise ValueError(f"--algos entry {item!r}: use NAME[:PREDICTOR[:K]], e.g. pseudo-sync:adaptive:2")
-        entry = {"algo": parts[0], "label": item}
-        if len(parts) > 1:
-            if parts[0] != "pseudo-sync":
-                raise ValueError(f"--algos entry {item!r}: only pseudo-sync takes a predictor")
-            entry["predictor"] = parts[1]
-        if len(parts) > 2:
-            try:
-                entry["staleness"] = int(parts[2])
-            except ValueError:
-                raise ValueError(f"--algos entry {item!r}: staleness {parts[2]!r} is not an integer") from None
-        out.append(entry)
+        try:
+            label = resolve(item).label
+        except ValueError as e:
+            raise ValueError(f"--algos entry {item!r}: {_without_spec(e, item)}") from None
+        out.append({"algo": item, "label": label})
     if not out:
-        raise ValueError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync:adaptive")
+        raise ValueError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync:predictor=adaptive")
     return out
-
-
-def run_folder(out: Path, label: str) -> Path:
-    """Where ``compare`` writes the run of the ``--algos`` entry ``label``."""
-    return Path(out) / label.replace(":", "-")
 
 
 def _run_config(base_cfg, entry: dict, out: Path):
@@ -57,17 +48,15 @@ def _run_config(base_cfg, entry: dict, out: Path):
 
 
 def check_algos(base_cfg, algos: list[dict], out) -> None:
-    """Check every entry (algorithm, predictor and its options, staleness) and the
-    output directory before any training starts, so a typo in the last entry
-    does not cost the runs before it.
+    """Check every entry (the algorithm spec with the shared flags, and the
+    run's options) and the output directory before any training starts, so a
+    typo in the last entry does not cost the runs before it.
 
     Raises:
         ConfigError: naming the entry and what is wrong with it (the message of
             the single-run path).
     """
-    from .distributed.algorithms import algorithm_class
-    from .distributed.algorithms.predictors import make_predictor
-    from .train import ConfigError, check_out_dir
+    from .config import ConfigError, check_out_dir
 
     out = check_out_dir(out)
     seen = {}
@@ -79,12 +68,19 @@ def check_algos(base_cfg, algos: list[dict], out) -> None:
         seen[cfg.out] = entry["label"]
         try:
             cfg.validate()
-            algorithm_class(cfg.algo)
-            if cfg.algo == "pseudo-sync":
-                make_predictor(cfg.predictor, cfg.staleness, **(cfg.predictor_options or {}))
+            spec = cfg.resolve_algo()
+            if cfg.check_replicas and not spec.replicated:
+                raise ConfigError(f"--check-replicas compares weight hashes, but {spec.label} lets ranks hold "
+                                  "different weights; drop --check-replicas")
             check_out_dir(cfg.out)
         except ValueError as e:
-            raise ConfigError(f"--algos entry {entry['label']!r}: {e}") from None
+            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
+
+
+def _without_spec(error: Exception, spec: str) -> str:
+    """The message of a spec error without its own "algorithm spec 'X':" prefix
+    (the caller names the --algos entry already)."""
+    return str(error).removeprefix(f"algorithm spec {spec!r}: ")
 
 
 def markdown_table(summaries: list[dict]) -> str:
@@ -132,8 +128,8 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
                   f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
                   f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
                   f"progress: {first['progress']}\n\n")
-        (out / "compare.md").write_text(header + table + "\n")
-        (out / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
+        atomic_write(out / COMPARE_MD, header + table + "\n")
+        write_json(out / COMPARE_JSON, summaries)
         plot_runs([run_folder(out, e["label"]) for e in algos], out)
         print("\n" + header + table, flush=True)
     return summaries
@@ -143,8 +139,9 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
 def _add_compare_arguments(p):
     add_train_arguments(p)
     p.add_argument("--algos", required=True,
-                   help="comma-separated NAME[:PREDICTOR[:K]], e.g. sync,overlap-sync,pseudo-sync:last,"
-                        "pseudo-sync:adaptive")
+                   help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
+                        "sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:predictor=adaptive "
+                        "(python -m minips algorithms lists them)")
     p.set_defaults(func=_cmd_compare)
 
 

@@ -7,12 +7,12 @@ predictor diagnostics (lambda, forecast cosine) from ``trace.csv``.
 """
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 from .cli import subcommand
-from .timing import PHASES
+from .rundir import find_runs, load_run
+from .timing import phase_names
 
 __all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_runs"]
 
@@ -25,55 +25,6 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
-
-
-def load_run(run_dir) -> dict:
-    """``{"name", "summary", "trace"}`` of a run directory (trace may be empty).
-
-    Raises:
-        FileNotFoundError: no summary.json in ``run_dir`` (not a finished run).
-    """
-    d = Path(run_dir)
-    if not (d / "summary.json").exists():
-        raise FileNotFoundError(f"{d} has no summary.json: is it the --out directory of a finished run?")
-    summary = json.loads((d / "summary.json").read_text())
-    trace = []
-    if (d / "trace.csv").exists():
-        with open(d / "trace.csv") as f:
-            trace = list(csv.DictReader(f))
-    return {"name": summary.get("label") or d.name, "summary": summary, "trace": trace}
-
-
-def find_runs(paths) -> list[Path]:
-    """The run directories in ``paths``: each path that holds a ``summary.json``,
-    or else its subdirectories that do (a ``compare`` output: in the order of its
-    ``compare.json`` when there is one, then sorted by name).
-
-    Raises:
-        FileNotFoundError: a path that does not exist, or holds no run at all.
-    """
-    from .compare import run_folder
-
-    runs = []
-    for d in map(Path, paths):
-        if (d / "summary.json").exists():
-            runs.append(d)
-            continue
-        if not d.is_dir():
-            raise FileNotFoundError(f"{d} does not exist: give the --out directory of a train or compare run")
-        subs = sorted(c for c in d.iterdir() if (c / "summary.json").exists())
-        if not subs:
-            raise FileNotFoundError(f"{d} has no summary.json and no subdirectory with one: give the --out "
-                                    "directory of a finished train or compare run")
-        order = []
-        if (d / "compare.json").exists():
-            try:
-                listed = [run_folder(d, s["label"]) for s in json.loads((d / "compare.json").read_text())]
-            except (ValueError, TypeError, KeyError):
-                listed = []
-            order = [c for c in listed if c in subs]
-        runs.extend(order + [c for c in subs if c not in order])
-    return runs
 
 
 def _label(summary: dict) -> str:
@@ -112,9 +63,12 @@ def plot_breakdown(runs, path) -> None:
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(runs) + 2), 4))
     names = [r["name"] for r in runs]
     bottom = [0.0] * len(runs)
-    for ph in PHASES:
-        vals = [1e3 * r["summary"]["time_breakdown"][ph] for r in runs]
-        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS[ph])
+    extra = iter(("#DD8452", "#937860", "#DA8BC3", "#8C8C8C", "#9EDAE5", "#FF9896"))
+    for ph in phase_names([r["summary"]["time_breakdown"] for r in runs]):  # every phase any run timed
+        vals = [1e3 * r["summary"]["time_breakdown"].get(ph, 0.0) for r in runs]
+        if not any(vals) and ph not in _COLORS:
+            continue
+        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS.get(ph) or next(extra, None))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("ms per step (mean over steps and ranks)")
     emulated = any(r["summary"].get("network_emulated") for r in runs)

@@ -1,4 +1,5 @@
-"""Per-step timing breakdown: forward, backward, post, wait, predict, update."""
+"""Per-step timing breakdown: forward, backward, post, wait, predict, update,
+and any phase an algorithm names (compress, mix, average, ...)."""
 from __future__ import annotations
 
 import time
@@ -6,11 +7,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["PHASES", "StepTimer"]
+__all__ = ["PHASES", "StepTimer", "phase_names"]
 
-#: forward/backward = compute; post = time to start communication (Iallreduce
-#: calls, or a whole blocking Allreduce counts as wait); wait = blocked waiting
-#: for communication; predict = the gradient predictor; update = the optimizer.
+#: The phases every step row has (0 when unused): forward/backward = compute;
+#: post = time to start communication (Iallreduce calls; a whole blocking
+#: Allreduce counts as wait); wait = blocked waiting for communication;
+#: predict = the gradient predictor; update = the optimizer. Algorithms may
+#: add any other name (e.g. "compress", "mix", "average"); it is reported
+#: after these, in the order it first appeared.
 PHASES = ("forward", "backward", "post", "wait", "predict", "update")
 
 
@@ -32,11 +36,11 @@ class StepTimer:
         try:
             yield
         finally:
-            self.current[name] += time.perf_counter() - t0
+            self.current[name] = self.current.get(name, 0.0) + time.perf_counter() - t0
 
     def add(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to phase ``name`` of the current step."""
-        self.current[name] += seconds
+        """Add ``seconds`` to phase ``name`` of the current step (any name)."""
+        self.current[name] = self.current.get(name, 0.0) + seconds
 
     def end_step(self) -> dict:
         """Close the current step's row (seconds per phase) and start a new one."""
@@ -48,6 +52,13 @@ class StepTimer:
     def mean(self, skip: int = 0) -> dict:
         """Mean seconds per phase over the steps after the first ``skip`` (JIT warm-up)."""
         rows = self.rows[skip:] or self.rows
+        names = phase_names(self.rows)
         if not rows:
-            return dict.fromkeys(PHASES, 0.0)
-        return {k: float(np.mean([r[k] for r in rows])) for k in PHASES}
+            return dict.fromkeys(names, 0.0)
+        return {k: float(np.mean([r.get(k, 0.0) for r in rows])) for k in names}
+
+
+def phase_names(rows) -> list[str]:
+    """:data:`PHASES`, then every other phase name in ``rows`` (dicts) in the
+    order it first appears."""
+    return list(dict.fromkeys([*PHASES, *(k for r in rows for k in r)]))

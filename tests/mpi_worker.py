@@ -24,7 +24,7 @@ def synthetic(n=512, d=20, classes=4, seed=0):
 def main(opts, out):
     import minips as mp
     from minips.data import BatchLoader, DistributedSampler
-    from minips.distributed.algorithms import make_algorithm
+    from minips.distributed.algorithms import build_algorithm
     from minips.distributed.comm import get_comm
     from minips.models import MLP
     from minips.optim import SGD
@@ -36,12 +36,10 @@ def main(opts, out):
         for p in model.parameters():
             p.data += comm.rank
     opt = SGD(model.parameters(), lr=opts.get("lr", 0.1), momentum=opts.get("momentum", 0.9))
-    extra = {}
-    if opts["algo"] == "pseudo-sync":
-        extra = {"staleness": opts.get("staleness", 1), "predictor": opts.get("predictor", "last")}
-    if opts["algo"] == "overlap-sync":
-        extra = {"bucket_mb": opts.get("bucket_mb", 0.0005)}
-    algo = make_algorithm(opts["algo"], model.parameters(), opt, comm, **extra)
+    # opts["algo"] is a spec string; these defaults apply to algorithms that have the option
+    defaults = {"staleness": opts.get("staleness", 1), "predictor": opts.get("predictor", "last"),
+                "bucket_mb": opts.get("bucket_mb", 0.0005)}
+    algo = build_algorithm(opts["algo"], model.parameters(), opt, comm, defaults=defaults)
     x, y = synthetic()
     loader = BatchLoader(x, y, opts.get("batch", 8), DistributedSampler(len(x), comm.rank, comm.size, seed=3))
     algo.start()
@@ -50,10 +48,10 @@ def main(opts, out):
         for batch in loader:
             if step == opts.get("fail_step") and comm.rank == opts.get("fail_rank"):
                 raise RuntimeError(f"injected failure on rank {comm.rank} at step {step}")
-            algo.before_forward()
-            loss = model.loss(batch)
-            algo.before_backward()
-            loss.backward()
+            with algo.compute_point():     # the weights to take the gradient at
+                loss = model.loss(batch)
+                algo.before_backward()
+                loss.backward()
             algo.step()
             if opts.get("write_in_flight") and comm.pending():
                 algo.flat.grads[(algo.flat.current + 1) % len(algo.flat.grads)][0] = 1.0  # must raise

@@ -52,7 +52,8 @@ def test_load_and_expand(tmp_path):
         ("base", 1, "sync"), ("base", 1, "pseudo-sync:last:1"), ("base", 1, "pseudo-sync:adaptive:2@fixed"),
         ("base", 2, "sync")]
     s = specs[2]
-    assert s.flags["predictor"] == "adaptive" and s.flags["staleness"] == 2 and s.flags["lr"] == 0.05
+    # the spec goes to train without the variant; the variant's options through predictor.toml
+    assert s.flags["algo"] == "pseudo-sync:adaptive:2" and s.flags["lr"] == 0.05
     assert s.predictor_options == {"adapt_lambda": False, "lambda0": 0.5}
     cmd = train_command(s, tmp_path / "o", "mpiexec")
     assert cmd[:3] == ["mpiexec", "-n", "1"] and "--nesterov" in cmd and "--no-scale-lr" in cmd
@@ -62,14 +63,21 @@ def test_load_and_expand(tmp_path):
 
 @pytest.mark.parametrize("text,msg", [
     ("ranks = [1]\n", "missing key 'seeds'"),
-    (GRID.replace('"sync",', '"sync::",'), "use NAME"),
-    (GRID.replace("@fixed", "@nope"), "no \\[variants.nope\\] table"),
+    (GRID.replace('"sync",', '"sync::",'), "empty option between colons"),
+    (GRID.replace('"sync",', '"synk",'), "unknown algorithm 'synk'"),
+    (GRID.replace("adaptive:2@fixed", "adaptive:2:rho=x@fixed"), "rho"),
     (GRID.replace("ranks = [1, 2]", "ranks = [0]"), "ranks must be"),
     ("bogus = 1\n" + GRID, "unknown key"),
 ])
 def test_bad_grids(tmp_path, text, msg):
     with pytest.raises(StudyError, match=msg):
         load_grid(write(tmp_path, text))
+
+
+def test_at_name_without_a_variant_table_is_a_label(tmp_path):
+    g = load_grid(write(tmp_path, GRID.replace("@fixed", "@mine")))
+    s = [x for x in expand(g) if x.label.endswith("@mine")][0]
+    assert s.flags["algo"] == "pseudo-sync:adaptive:2@mine" and s.predictor_options == {}
 
 
 def test_aggregate_and_report(tmp_path):

@@ -5,8 +5,21 @@ import pytest
 
 from minips.distributed.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
 from minips.distributed.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
-                                    rabenseifner_allreduce_time, step_time_overlap_sync, step_time_pseudo_sync,
-                                    step_time_sync, weak_scaling_efficiency)
+                                           rabenseifner_allreduce_time, step_time, weak_scaling_efficiency)
+
+
+# Each algorithm's cost model lives next to its update rule (Algorithm.step_time);
+# projection.step_time looks it up by spec string.
+def step_time_sync(prof, P, net, interference=0.0):
+    return step_time("sync", prof, P, net, interference)
+
+
+def step_time_overlap_sync(prof, P, net, interference=0.0):
+    return step_time("overlap-sync", prof, P, net, interference)
+
+
+def step_time_pseudo_sync(prof, P, net, interference=0.0):
+    return step_time("pseudo-sync", prof, P, net, interference)
 
 NET = NetworkModel(1e-6, 1e-9, "hand")   # 1 us, 1 GB/s
 
@@ -65,7 +78,7 @@ def test_pseudo_sync_is_max_of_compute_and_allreduce():
 
 
 def test_projection_efficiencies_by_hand():
-    res = project({"sync": PROF, "pseudo-sync": PROF}, NET, [1, 4, 64])
+    res = project({"sync": PROF, "pseudo-sync": PROF}, NET, [1, 4, 64], baseline="sync")
     assert res["sync"]["efficiency"][0] == 1.0 and res["pseudo-sync"]["efficiency"][0] == 1.0
     # sync at P = 4: 50 / 51.506 ms
     assert res["sync"]["efficiency"][1] == pytest.approx(0.05 / 0.051506)
@@ -75,16 +88,25 @@ def test_projection_efficiencies_by_hand():
     assert res["sync"]["efficiency"][2] == pytest.approx(0.05 / (0.05 + a64))
     assert res["pseudo-sync"]["efficiency"][2] == pytest.approx(1.0)
     # ... but its 10 ms predictor makes each step 60 ms against sync's 50 ms on one node
-    assert res["pseudo-sync"]["vs_sync_1"][2] == pytest.approx(0.05 / 0.06)
-    assert res["sync"]["vs_sync_1"][1] == pytest.approx(res["sync"]["efficiency"][1])
+    assert res["pseudo-sync"]["vs_baseline_1"][2] == pytest.approx(0.05 / 0.06)
+    assert res["sync"]["vs_baseline_1"][1] == pytest.approx(res["sync"]["efficiency"][1])
     # EDR preset: 100 Gb/s of data (4 x 25.78125 Gb/s, 64b/66b), 1 us
     edr = NETWORKS["ib-edr"]
     assert edr.bandwidth_gbps == pytest.approx(100.0)
     e = project({"sync": PROF}, "ib-edr", [128])["sync"]["efficiency"][0]
     a = 2 * 127 * 1e-6 + 2 * 127 / 128 * 1e6 * 8 / 100e9
     assert e == pytest.approx(0.05 / (0.05 + a))
-    with pytest.raises(ValueError, match="no step-time model"):
+    with pytest.raises(ValueError, match="no step-time model for 'gossip': unknown algorithm"):
         project({"gossip": PROF}, NET, [2])
+
+
+def test_staleness_does_not_change_the_pseudo_sync_model_but_options_reach_it():
+    """A spec's options reach the class's cost model: overlap-sync's bucket size
+    is what the profile says, pseudo-sync's steady state is the same for any k."""
+    assert step_time("pseudo-sync:staleness=3", PROF, 4, NET) == pytest.approx(step_time("pseudo-sync", PROF, 4, NET))
+    assert step_time("pseudo-sync:adaptive:2@k2", PROF, 4, NET) == pytest.approx(0.06)
+    with pytest.raises(ValueError, match="has no option 'period'"):
+        step_time("sync:period=2", PROF, 4, NET)
 
 
 def test_efficiency_and_interference_helpers():

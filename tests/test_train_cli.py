@@ -189,8 +189,13 @@ def test_configs_main_toml_is_the_default_run():
 
     cfg = load_config(ROOT / "configs" / "main.toml")
     opts = cfg.pop("predictor_options")
+    algo = cfg.pop("algo")
     assert dataclasses.replace(TrainConfig(), **cfg) == dataclasses.replace(TrainConfig(), out=cfg["out"])
-    defaults = make_predictor(TrainConfig().predictor, TrainConfig().staleness).options()
+    # the spec written out names the default algorithm with its default options
+    written, default = TrainConfig(algo=algo).resolve_algo(), TrainConfig().resolve_algo()
+    assert (written.name, written.options_dict()) == (default.name, default.options_dict())
+    o = default.options
+    defaults = make_predictor(o.predictor, o.staleness).options()
     assert {k: defaults[k] for k in opts} == opts
 
 

@@ -108,10 +108,10 @@ def train_sync(steps, batch, seed=0, lr=0.05):
     for t, batch_ in enumerate(loader):
         if t == steps:
             break
-        algo.before_forward()
-        loss = model.loss(batch_)
-        algo.before_backward()        # zero the flat gradient buffer
-        loss.backward()               # every p.grad (a view into it) is filled
+        with algo.compute_point():     # the weights to take the gradient at
+            loss = model.loss(batch_)
+            algo.before_backward()        # zero the flat gradient buffer
+            loss.backward()               # every p.grad (a view into it) is filled
         algo.step()                   # allreduce, average, update
         losses.append(comm.allreduce_scalar(loss.item()) / P)   # the global batch's loss
     algo.finish()

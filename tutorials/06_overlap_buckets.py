@@ -172,11 +172,11 @@ def instrumented_steps(algo_name, model_name, network, steps=4, bucket_mb=0.25):
             break
         comm.barrier()
         t0 = time.perf_counter()
-        algo.before_forward()
-        loss = model.loss(b)
-        t1 = time.perf_counter()
-        algo.before_backward()
-        loss.backward()
+        with algo.compute_point():     # the weights to take the gradient at
+            loss = model.loss(b)
+            t1 = time.perf_counter()
+            algo.before_backward()
+            loss.backward()
         t2 = time.perf_counter()
         algo.step()
         t3 = time.perf_counter()

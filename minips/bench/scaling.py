@@ -46,12 +46,17 @@ import sys
 import time
 from pathlib import Path
 
+from ..distributed.algorithms import BASELINE, DEFAULT_ALGOS
 from .cli import register_bench
 
-__all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "PAPER_POINTS"]
+__all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "reported_points"]
 
-#: The seed paper's weak-scaling efficiencies (Wen et al., IJPP 2024): nodes -> E.
-PAPER_POINTS = {64: 0.934, 128: 0.905}
+def reported_points() -> dict:
+    """Weak-scaling efficiencies the registered algorithms' papers report:
+    ``{"name (where)": {P: E(P)}}`` (from each class's ``reported_efficiency``)."""
+    from ..distributed.algorithms import ALGORITHMS
+    return {f"{name}, {cls.reported_efficiency[0]}": dict(cls.reported_efficiency[1])
+            for name, cls in ALGORITHMS.items() if getattr(cls, "reported_efficiency", None)}
 
 
 class ScalingError(ValueError):
@@ -77,28 +82,37 @@ def parse_ranks(spec: str) -> list[int]:
 
 
 def parse_algos(spec: str) -> list[dict]:
-    """``"sync,overlap-sync,pseudo-sync:adaptive"`` -> entries with ``algo``,
-    ``label`` and, for pseudo-sync, ``predictor`` (default adaptive) and
-    ``staleness`` (``NAME[:PREDICTOR[:K]]`` as in compare).
+    """``"sync,overlap-sync,pseudo-sync:predictor=adaptive"`` -> one entry per
+    comma-separated algorithm spec: ``{"algo": the spec, "label": its label}``
+    (the grammar of ``compare``).
 
     Raises:
-        ScalingError: empty or malformed, or an algorithm with no step-time model.
+        ScalingError: empty, or an entry that is not a valid spec or whose
+            algorithm has no step-time model.
     """
-    from ..distributed.projection import STEP_TIME
+    from ..distributed.algorithms import resolve
+    from ..distributed.projection import StepProfile
 
     out = []
     for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
-        parts = item.split(":")
-        if parts[0] not in STEP_TIME or len(parts) > 3 or (len(parts) > 1 and parts[0] != "pseudo-sync"):
-            raise ScalingError(f"--algos entry {item!r}: use sync, overlap-sync or pseudo-sync[:PREDICTOR[:K]]")
-        e = {"algo": parts[0], "label": item}
-        if parts[0] == "pseudo-sync":
-            e["predictor"] = parts[1] if len(parts) > 1 else "adaptive"
-            e["staleness"] = int(parts[2]) if len(parts) > 2 else 1
-        out.append(e)
+        try:
+            a = resolve(item)
+            a.step_time(StepProfile(forward=1e-3, backward=1e-3, grad_bytes=4.0), 1, _NoNetwork())
+        except ValueError as e:
+            raise ScalingError(f"--algos entry {item!r}: {e}") from None
+        except NotImplementedError as e:
+            raise ScalingError(f"--algos entry {item!r}: {e}; the projection needs one") from None
+        out.append({"algo": item, "label": a.label})
     if not out:
-        raise ScalingError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync")
+        raise ScalingError("--algos is empty; e.g. --algos " + ",".join(DEFAULT_ALGOS))
     return out
+
+
+class _NoNetwork:
+    """A free network (every primitive takes 0 s): to check that a cost model runs."""
+
+    def __getattr__(self, name):
+        return lambda *a, **k: 0.0
 
 
 def _mpiexec() -> str:
@@ -122,8 +136,6 @@ def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
             "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out)]
-    if "predictor" in entry:
-        cmd += ["--predictor", entry["predictor"], "--staleness", str(entry["staleness"])]
     if args.network:
         cmd += ["--network", args.network]
     return cmd
@@ -173,8 +185,7 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
                 runs.append(s)
             times = [s["step_time_s"] for s in runs]
             med = sorted(runs, key=lambda s: s["step_time_s"])[len(runs) // 2]
-            row = {"P": P, "label": e["label"], "algo": e["algo"], "predictor": e.get("predictor"),
-                   "staleness": e.get("staleness"), "step_time_s": med["step_time_s"], "step_times_s": times,
+            row = {"P": P, "label": e["label"], "algo": e["algo"], "step_time_s": med["step_time_s"], "step_times_s": times,
                    "images_per_s": args.batch_size * P / med["step_time_s"],
                    "time_breakdown": med["time_breakdown"], "comm_alone_s": med.get("comm_alone_s"),
                    "overlap_efficiency": med.get("overlap_efficiency"),
@@ -206,12 +217,20 @@ def _profile(row: dict, grad_bytes: int, buckets):
     return StepProfile.from_summary(row, grad_bytes, buckets)
 
 
+def _own_compute(row: dict) -> float:
+    """Seconds per step the algorithm computes beyond forward, backward and the
+    optimizer (its predictor, compressor, mixing...): every other timed phase
+    except communication."""
+    return sum(v for k, v in row["time_breakdown"].items()
+               if k not in ("forward", "backward", "update", "post", "wait"))
+
+
 def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interference: float = 1.0) -> list[dict]:
     """Predicted vs measured step time at each measured P > 1, from the P = 1
     profile of the same algorithm and (a) the measured blocking allreduce time
     at that P, (b) the fitted network ``fit_net`` (if given)."""
     from ..distributed.costmodel import NetworkModel
-    from ..distributed.projection import STEP_TIME
+    from ..distributed.projection import step_time
 
     out = []
     for r in rows:
@@ -219,7 +238,8 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
         if r["P"] == 1 or base is None:
             continue
         prof = _profile(base, grad_bytes, buckets)
-        f = STEP_TIME[r["algo"]]
+        def f(profile, P, net, phi, spec=r["algo"]):
+            return step_time(spec, profile, P, net, phi)
         res = {"P": r["P"], "label": r["label"], "measured_s": r["step_time_s"], "interference": interference}
         if r.get("comm_alone_s"):
             # A network whose ring time at this P equals the measured allreduce:
@@ -245,8 +265,8 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
 
     At P = 1 every algorithm computes the same thing, and their measured
     compute differs only by noise; so all share one compute profile (forward,
-    backward, update, other: sync's P = 1 row, else the first P = 1 row), and
-    each adds its own measured predictor time."""
+    backward, update, other: the baseline's P = 1 row, else the first P = 1 row),
+    and each adds its own measured extra compute (predictor, compressor, ...)."""
     import dataclasses
 
     from ..distributed.costmodel import parse_network
@@ -255,14 +275,14 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     ones = [r for r in rows if r["P"] == 1]
     if not ones:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
-    base = _profile(next((r for r in ones if r["label"] == "sync"), ones[0]), grad_bytes, buckets)
-    profiles = {r["label"]: dataclasses.replace(base, predict=r["time_breakdown"].get("predict", 0.0))
-                for r in ones}
+    base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets)
+    profiles = {r["algo"]: dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
+    baseline = BASELINE if BASELINE in profiles else None
     out = {}
     for name in networks:
         net = parse_network(name)
         out[name] = {"network": str(net), "alpha_s": net.alpha, "beta_s_per_byte": net.beta,
-                     "algos": project(profiles, net, Ps, interference)}
+                     "baseline": baseline, "algos": project(profiles, net, Ps, interference, baseline=baseline)}
     return out
 
 
@@ -304,8 +324,9 @@ def _print_check(check, say):
 
 def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
     for name, p in proj.items():
-        say(f"\nprojected E(P) on {p['network']} (ideal overlap unless phi > 0; paper: "
-            + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in PAPER_POINTS.items()) + ")")
+        say(f"\nprojected E(P) on {p['network']} (ideal overlap unless phi > 0"
+            + "".join(f"; {name} paper: " + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in pts.items())
+                      for name, pts in reported_points().items()) + ")")
         say(f"{'algorithm':<22}" + "".join(f"{'P=' + str(P):>9}" for P in show))
         for algo, rows in p["algos"].items():
             cells = []
@@ -315,13 +336,14 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
                 else:
                     cells.append(f"{'-':>9}")
             say(f"{algo:<22}" + "".join(cells))
-        if "sync" in p["algos"]:
+        base = p.get("baseline")
+        if base:
             for algo, rows in p["algos"].items():
-                if algo == "sync":
+                if algo == base:
                     continue
-                say(f"{algo + ' vs sync(1)':<22}" + "".join(
-                    f"{100 * rows['vs_sync_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
-                    for P in show) + "   (throughput per node vs sync on 1 node)")
+                say(f"{algo + f' vs {base}(1)':<22}" + "".join(
+                    f"{100 * rows['vs_baseline_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
+                    for P in show) + f"   (throughput per node vs {base} on 1 node)")
         allr = next(iter(p["algos"].values()))
         say(f"{'allreduce ms':<22}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
@@ -383,17 +405,18 @@ def plot_projection(result: dict, path) -> None:
 
     proj = result["projection"]
     fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
-    styles = {"sync": "-", "overlap-sync": "--", "pseudo-sync": "-."}
-    styles = {k: styles.get(k.split(":")[0], "-") for k in next(iter(proj.values()))["algos"]} if proj else styles
+    algos = list(next(iter(proj.values()))["algos"]) if proj else []
+    styles = {k: ("-", "--", "-.", (0, (5, 1, 1, 1)))[i % 4] for i, k in enumerate(algos)}
     for ax, (name, p) in zip(axes[0], proj.items()):
+        base = p.get("baseline")
         for algo, rows in p["algos"].items():
-            line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], styles.get(algo, "-"), base=2,
-                                label=f"{algo}: E(P)", lw=2)
-            if algo != "sync" and "vs_sync_1" in rows:
-                ax.semilogx(rows["P"], [100 * e for e in rows["vs_sync_1"]], ":", base=2, color=line.get_color(),
-                            lw=1, label=f"{algo}: T_sync(1)/T(P)")
-        ax.plot(list(PAPER_POINTS), [100 * v for v in PAPER_POINTS.values()], "k*", ms=11,
-                label="paper (pseudo-sync, Tianhe-II)")
+            line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], linestyle=styles.get(algo, "-"),
+                                base=2, label=f"{algo}: E(P)", lw=2)
+            if algo != base and "vs_baseline_1" in rows:
+                ax.semilogx(rows["P"], [100 * e for e in rows["vs_baseline_1"]], ":", base=2,
+                            color=line.get_color(), lw=1, label=f"{algo}: T_{base}(1)/T(P)")
+        for algo_name, pts in reported_points().items():
+            ax.plot(list(pts), [100 * v for v in pts.values()], "k*", ms=11, label=f"paper ({algo_name})")
         ax.set_title(p["network"], fontsize=9)
         ax.set_xlabel("nodes P (one rank each)")
         ax.grid(alpha=0.3, which="both")
@@ -474,7 +497,7 @@ def run(args) -> int:
     nets = [n for n in args.project_networks.split(",") if n.strip()]
     result["project_interference"] = args.project_interference
     result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference) if nets else {}
-    result["paper_points"] = PAPER_POINTS
+    result["paper_points"] = reported_points()
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
@@ -492,8 +515,9 @@ def run(args) -> int:
 
 @register_bench("scaling", help="weak scaling of the training step under mpiexec; projection to many nodes")
 def add_arguments(p):
-    p.add_argument("--algos", default="sync,overlap-sync,pseudo-sync",
-                   help="sync, overlap-sync, pseudo-sync[:PREDICTOR[:K]] (default predictor adaptive, k 1)")
+    p.add_argument("--algos", default=",".join(DEFAULT_ALGOS),
+                   help="comma-separated algorithm specs NAME[:key=value]...[@LABEL] "
+                        f"(default {','.join(DEFAULT_ALGOS)}; python -m minips algorithms lists them)")
     p.add_argument("--ranks", default="1,2", help="rank counts, e.g. 1,2,4 (default 1,2)")
     p.add_argument("--model", default="convnet", help="model (default convnet)")
     p.add_argument("--data", default="fashion-mnist-mini", help="data set (default fashion-mnist-mini)")
@@ -503,7 +527,8 @@ def add_arguments(p):
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS threads per rank (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per point; the median step time is reported")
     p.add_argument("--progress", default="poll", choices=["none", "poll", "thread"], help="progress mode")
-    p.add_argument("--bucket-mb", type=float, default=1.0, help="overlap-sync bucket size (MiB)")
+    p.add_argument("--bucket-mb", type=float, default=1.0, help="the 'bucket-mb' option (MiB) of algorithms "
+                                                                "that have one")
     p.add_argument("--network", help="emulate an interconnect in the measured runs (as in train)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when the ranks fit on the cores (default on)")

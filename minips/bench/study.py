@@ -32,8 +32,10 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     [env]                       # environment of every run (threads per rank)
     NUMBA_NUM_THREADS = "1"
 
-``algos`` entries are ``NAME[:PREDICTOR[:K]][@VARIANT]`` as in ``compare``
-plus an optional predictor-options variant.
+``algos`` entries are algorithm specs as in ``compare``
+(``NAME[:key=value]...[@LABEL]``, or the short ``NAME:PREDICTOR:K``); an
+``@NAME`` that names a ``[variants.NAME]`` table selects those predictor
+options, any other ``@NAME`` is just the run's label.
 
 Every run writes ``OUT/runs/P{P}/{lr}/{label}/seed{s}/`` (the train outputs);
 a run whose ``summary.json`` exists is skipped, so an interrupted study
@@ -51,7 +53,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -60,11 +61,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..distributed.algorithms import BASELINE
 from .cli import register_bench
 
 __all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "run"]
 
-_ALGO_RE = re.compile(r"^(?P<algo>[a-z-]+)(?::(?P<pred>[a-z]+))?(?::(?P<k>\d+))?(?:@(?P<var>[\w.-]+))?$")
+def _split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str | None]:
+    """An ``algos`` entry -> (the algorithm spec to run, the variant it names or
+    None). ``SPEC@NAME`` selects ``[variants.NAME]`` when the grid has that
+    table; otherwise ``@NAME`` is only the run's label.
+
+    Raises:
+        StudyError: the spec is not valid (unknown algorithm or option, bad value).
+    """
+    from ..distributed.algorithms import resolve
+
+    body, at, name = entry.partition("@")
+    variant = name if at and name in variants else None
+    try:
+        resolve(body if variant else entry)
+    except ValueError as e:
+        raise StudyError(f"{where}algos entry {entry!r}: {e}") from None
+    return (body if variant else entry), variant
 
 
 class StudyError(ValueError):
@@ -112,7 +130,7 @@ def load_grid(path) -> Grid:
         StudyError: missing file, bad TOML, a missing key, a malformed ``algos``
             entry, or an ``@variant`` that has no ``[variants.NAME]`` table.
     """
-    from ..train import read_toml
+    from ..config import read_toml
 
     p = Path(path)
     raw = read_toml(p, StudyError, f"grid file {p} does not exist (see configs/study-*.toml for examples)")
@@ -135,12 +153,7 @@ def load_grid(path) -> Grid:
     if not g.lr:
         raise StudyError(f"{p}: add at least one [lr.NAME] table (e.g. lr = 0.05)")
     for a in g.algos:
-        m = _ALGO_RE.match(a)
-        if not m:
-            raise StudyError(f"{p}: algos entry {a!r}: use NAME[:PREDICTOR[:K]][@VARIANT]")
-        if m["var"] and m["var"] not in g.variants:
-            raise StudyError(f"{p}: algos entry {a!r} names variant {m['var']!r} but there is no "
-                             f"[variants.{m['var']}] table")
+        _split_entry(a, g.variants, f"{p}: ")
     return g
 
 
@@ -153,14 +166,9 @@ def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[Run
                                                  algos or grid.algos):
         if lr_name not in grid.lr:
             raise StudyError(f"no learning-rate setting {lr_name!r}; the grid has {', '.join(grid.lr)}")
-        m = _ALGO_RE.match(a)
-        if not m:
-            raise StudyError(f"algos entry {a!r}: use NAME[:PREDICTOR[:K]][@VARIANT]")
-        flags = {**grid.train, **grid.lr[lr_name], "algo": m["algo"], "seed": seed}
-        if m["pred"]:
-            flags["predictor"] = m["pred"]
-            flags["staleness"] = int(m["k"] or 1)
-        opts = dict(grid.variants.get(m["var"], {})) if m["var"] else {}
+        algo, variant = _split_entry(a, grid.variants)
+        flags = {**grid.train, **grid.lr[lr_name], "algo": algo, "seed": seed}
+        opts = dict(grid.variants[variant]) if variant else {}
         out.append(RunSpec(P, lr_name, a, seed, flags, opts))
     return out
 
@@ -277,7 +285,7 @@ def _cell(a: dict | None, digits: int) -> str:
 
 def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     """Tables: per learning-rate setting, algorithm rows x P columns of
-    ``mean ± std (min-max)`` over seeds, then the gap of each mean to sync's."""
+    ``mean ± std (min-max)`` over seeds, then the gap of each mean to the baseline's."""
     agg = aggregate(records, grid.chance)
     digits = 2 if grid.metric == "bleu" else 4
     lines = [f"# {title or 'study'}: {grid.metric} (mean ± sample std (min-max) over seeds)", "",
@@ -296,9 +304,9 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
         lines += ["| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
         for lab in labels:
             lines.append(f"| {lab} | " + " | ".join(_cell(agg.get((lr_name, lab, P)), digits) for P in ranks) + " |")
-        ref = "sync" if "sync" in labels else None
+        ref = BASELINE if BASELINE in labels else None
         if ref:
-            lines += ["", f"difference of the mean from sync's ({'BLEU points' if grid.metric == 'bleu' else 'accuracy'}):",
+            lines += ["", f"difference of the mean from {ref}'s ({'BLEU points' if grid.metric == 'bleu' else 'accuracy'}):",
                       "", "| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
             for lab in labels:
                 if lab == ref:

@@ -1,6 +1,11 @@
-"""Project the per-step time and weak-scaling efficiency of sync, overlap-sync
-and pseudo-sync SGD to many nodes, from a measured single-node step and an
-alpha-beta model of the interconnect.
+"""Project the per-step time and weak-scaling efficiency of any registered
+algorithm to many nodes, from a measured single-node step and an alpha-beta
+model of the interconnect.
+
+Each algorithm carries its own cost model (``step_time`` next to its update
+rule in :mod:`minips.distributed.algorithms`); this module supplies what they
+share: the measured profile (:class:`StepProfile`), the allreduce models, the
+interference parameter, and the efficiency arithmetic.
 
 Weak scaling: every node keeps the same per-node batch, so its compute per
 step does not change with P; only communication does. The weak-scaling
@@ -32,16 +37,11 @@ the same algorithm.
    the overlapped communication time to compute: phi = 0 is an offloading NIC,
    phi = 1 a node where the reduction runs on the cores that compute (a 2-core
    laptop with shared-memory MPI: overlap then saves nothing).
-5. *overlap-sync* posts one allreduce per bucket during backward (Horovod,
-   PyTorch DDP). Buckets are sent one after the other (the network carries one
-   at a time); all of backward is available to hide them except the last
-   bucket, which is ready only when backward ends. Each bucket pays the latency
-   term. :func:`step_time_overlap_sync`.
-6. *pseudo-sync* posts the whole gradient after backward and waits for it one
-   step later (k steps later for staleness k): the allreduce has a whole step
-   of compute to hide behind. The network still carries one allreduce at a
-   time, so in steady state a step lasts at least one allreduce, for any k.
-   :func:`step_time_pseudo_sync`.
+5. *The network carries one message or collective at a time*: requests
+   posted while another is on the wire wait for it.
+6. What an algorithm overlaps, and with what, is its own model's business
+   (``Algorithm.step_time``; e.g. per-bucket allreduce hidden behind backward,
+   or the whole allreduce behind the next step).
 """
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 
 from .costmodel import NetworkModel, check_allreduce_args, parse_network, ring_allreduce_time
 
-__all__ = ["StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time_sync",
-           "step_time_overlap_sync", "step_time_pseudo_sync", "STEP_TIME", "weak_scaling_efficiency",
+__all__ = ["StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time", "weak_scaling_efficiency",
            "project", "interference_from_overlap"]
 
 
@@ -140,60 +139,42 @@ def _check_phi(interference: float) -> None:
                          f"got {interference}")
 
 
-def step_time_sync(profile: StepProfile, P: int, net, algorithm: str = "ring") -> float:
-    """Blocking allreduce after backward: ``T = compute + A(P)`` (seconds).
-    Nothing overlaps, so interference does not matter."""
-    return profile.compute + allreduce_time(profile.grad_bytes, P, net, algorithm)
+class _Interconnect:
+    """The alpha-beta network an algorithm's cost model sees: ``allreduce_time``
+    by the chosen allreduce algorithm, every other primitive as the
+    :class:`NetworkModel` models it."""
+
+    def __init__(self, net: NetworkModel, algorithm: str):
+        if algorithm not in ("ring", "rabenseifner"):
+            raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
+        self.net, self.algorithm = net, algorithm
+
+    def allreduce_time(self, nbytes: float, P: int) -> float:
+        return allreduce_time(nbytes, P, self.net, self.algorithm)
+
+    def __getattr__(self, name):
+        return getattr(self.net, name)
 
 
-def step_time_overlap_sync(profile: StepProfile, P: int, net, interference: float = 0.0,
-                           algorithm: str = "ring") -> float:
-    """Per-bucket allreduce posted during backward (assumption 5)::
-
-        A_b     = allreduce time of bucket b (each pays the latency term)
-        A_total = sum of A_b;  A_last = the last bucket's (ready when backward ends)
-        hidden  = min(A_total - A_last, backward)      communication under backward
-        T       = compute + phi * hidden + (A_total - hidden)
-
-    Seconds. With one bucket nothing is hidden and it equals sync.
-
-    Raises:
-        ValueError: interference outside [0, 1].
-    """
-    _check_phi(interference)
-    buckets = profile.buckets or (profile.grad_bytes,)
-    times = [allreduce_time(b, P, net, algorithm) for b in buckets]
-    total, last = sum(times), times[-1]
-    hidden = min(total - last, profile.backward)
-    return profile.compute + interference * hidden + (total - hidden)
-
-
-def step_time_pseudo_sync(profile: StepProfile, P: int, net, interference: float = 0.0,
-                          algorithm: str = "ring") -> float:
-    """Allreduce of step t hidden behind step t+1 (assumption 6)::
-
-        C = compute + predict;  A = allreduce time of the whole gradient
-        T = C + phi * min(A, C) + max(0, A - C)
-
-    Seconds. With phi = 0, ``T = max(C, A)``; with phi = 1, ``T = C + A``
-    (sync plus the predictor's cost). The staleness k does not change the
-    steady state (the network carries one allreduce at a time).
+def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0, algorithm: str = "ring") -> float:
+    """Seconds per step of the algorithm ``spec`` (a spec string such as
+    ``sync`` or ``pseudo-sync:predictor=adaptive``, or an AlgoSpec) at ``P``
+    nodes: its own cost model (``step_time`` next to its update rule in
+    :mod:`minips.distributed.algorithms`) on ``net`` with the ``algorithm``
+    allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4).
 
     Raises:
-        ValueError: interference outside [0, 1].
+        ValueError: unknown algorithm or option, interference outside [0, 1], P < 1.
     """
+    from .algorithms import resolve
+
     _check_phi(interference)
-    C = profile.compute + profile.predict
-    A = allreduce_time(profile.grad_bytes, P, net, algorithm)
-    return C + interference * min(A, C) + max(0.0, A - C)
-
-
-#: algorithm name -> step-time function(profile, P, net, interference, algorithm)
-STEP_TIME = {
-    "sync": lambda prof, P, net, phi=0.0, alg="ring": step_time_sync(prof, P, net, alg),
-    "overlap-sync": lambda prof, P, net, phi=0.0, alg="ring": step_time_overlap_sync(prof, P, net, phi, alg),
-    "pseudo-sync": lambda prof, P, net, phi=0.0, alg="ring": step_time_pseudo_sync(prof, P, net, phi, alg),
-}
+    if P < 1:
+        raise ValueError(f"P must be >= 1, got {P}")
+    try:
+        return resolve(spec).step_time(profile, P, _Interconnect(parse_network(net), algorithm), interference)
+    except NotImplementedError as e:
+        raise ValueError(f"no step-time model for {spec!r}: {e}") from None
 
 
 def weak_scaling_efficiency(t1: float, tP: float) -> float:
@@ -207,14 +188,14 @@ def weak_scaling_efficiency(t1: float, tP: float) -> float:
     return t1 / tP
 
 
-def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str = "ring") -> dict:
+def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str = "ring",
+            baseline: str | None = None) -> dict:
     """Step time and E(P) of each algorithm at each P.
 
     Args:
-        profiles: label -> :class:`StepProfile` (pseudo-sync's includes the
-            predictor cost); the part of the label before the first ``:`` is
-            the algorithm (a key of :data:`STEP_TIME`), e.g. ``sync`` or
-            ``pseudo-sync:adaptive``.
+        profiles: algorithm spec (e.g. ``sync``, ``pseudo-sync:adaptive``,
+            ``overlap-sync:bucket-mb=4@ddp``) -> :class:`StepProfile` (including
+            the algorithm's own extra compute, e.g. the predictor).
         net: the interconnect (NetworkModel, preset name or ``alpha=..,beta=..``).
         Ps: node counts (each >= 1).
         interference: phi of assumption 4.
@@ -223,35 +204,38 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     Returns:
         ``{algo: {"P": [...], "step_s": [...], "efficiency": [...], "comm_s": [...]}}``
         where T(1) is the algorithm's own step time on one node (no communication)
-        and ``comm_s`` the whole-gradient allreduce time. When ``sync`` is among
-        the profiles, each algorithm also gets ``vs_sync_1`` = T_sync(1) / T(P):
-        its throughput per node relative to plain SGD on one node (the
-        predictor's cost, invisible in E(P) because it is in T(1) too, shows here).
+        and ``comm_s`` the whole-gradient allreduce time. With ``baseline`` (a
+        key of ``profiles``, e.g. ``sync``), each algorithm also gets
+        ``vs_baseline_1`` = T_baseline(1) / T(P): its throughput per node relative
+        to the baseline on one node (an algorithm's own extra compute, invisible
+        in E(P) because it is in T(1) too, shows here).
 
     Raises:
         ValueError: unknown algorithm, P < 1.
     """
+    from .algorithms import resolve
+
     out = {}
+    specs = {}
+    for algo in profiles:
+        try:
+            specs[algo] = resolve(algo)
+        except ValueError as e:
+            raise ValueError(f"no step-time model for {algo!r}: {e}") from None
     for algo, prof in profiles.items():
-        if algo.split(":")[0] not in STEP_TIME:
-            raise ValueError(f"no step-time model for {algo!r}; known: {', '.join(STEP_TIME)}")
-        f = STEP_TIME[algo.split(":")[0]]
-        t1 = f(prof, 1, net, interference, algorithm)
+        t1 = step_time(specs[algo], prof, 1, net, interference, algorithm)
         rows = {"P": [], "step_s": [], "efficiency": [], "comm_s": []}
         for P in Ps:
-            if P < 1:
-                raise ValueError(f"P must be >= 1, got {P}")
-            tP = f(prof, P, net, interference, algorithm)
+            tP = step_time(specs[algo], prof, P, net, interference, algorithm)
             rows["P"].append(int(P))
             rows["step_s"].append(tP)
             rows["efficiency"].append(weak_scaling_efficiency(t1, tP))
             rows["comm_s"].append(allreduce_time(prof.grad_bytes, P, net, algorithm))
         out[algo] = rows
-    if "sync" in out:
-        t1_sync = out["sync"]["step_s"][out["sync"]["P"].index(1)] if 1 in out["sync"]["P"] else \
-            STEP_TIME["sync"](profiles["sync"], 1, net, interference, algorithm)
+    if baseline is not None and baseline in out:
+        t1_base = step_time(specs[baseline], profiles[baseline], 1, net, interference, algorithm)
         for rows in out.values():
-            rows["vs_sync_1"] = [t1_sync / t for t in rows["step_s"]]
+            rows["vs_baseline_1"] = [t1_base / t for t in rows["step_s"]]
     return out
 
 

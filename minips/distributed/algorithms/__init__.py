@@ -1,68 +1,142 @@
-"""Distributed training algorithms, one small class each, one interface.
+"""Distributed training algorithms: one file per method, one registry table.
 
-``make_algorithm(name, params, optimizer, comm, **options)`` builds one by name;
-:data:`ALGORITHMS` lists them. See :mod:`minips.distributed.algorithms.base` for the
-interface the Trainer drives.
+:data:`ALGORITHMS` is the only place that lists them: name -> class. Adding
+an algorithm is one new file (a subclass of :class:`Algorithm` with ``name``,
+``family``, ``paper``, an ``Options`` dataclass, ``step()`` and
+``step_time()``), one row here, and its test. Everything else (``train``,
+``compare``, ``bench scaling``, ``bench study``, the projection,
+``python -m minips algorithms``) reads this table.
+
+A run names its algorithm with a spec string (:mod:`.spec`):
+``NAME[:key=value]...[@LABEL]``, e.g. ``pseudo-sync:predictor=adaptive:staleness=2``
+or ``overlap-sync:bucket-mb=4@ddp``.
 """
 from __future__ import annotations
 
-import inspect
+from dataclasses import dataclass
 
-from .base import Algorithm  # noqa: F401
+from .base import Algorithm, StepContext
+from .pseudo_sync import PseudoSyncSGD
+from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .sync import OverlapSyncSGD, SyncSGD
 
-__all__ = ["ALGORITHMS", "algorithm_class", "make_algorithm", "Algorithm", "register"]
+__all__ = ["ALGORITHMS", "BASELINE", "DEFAULT_ALGOS", "Algorithm", "AlgoSpec", "StepContext", "algorithm_class", "build_algorithm",
+           "describe_algorithms", "make_algorithm", "parse_spec", "resolve"]
 
-ALGORITHMS: dict[str, type] = {
+#: name -> class; the one table of every algorithm minips runs.
+ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
+    "pseudo-sync": PseudoSyncSGD,
 }
 
+#: the reference the others are compared with (projections, study tables)
+BASELINE = "sync"
+#: the default side-by-side comparison (bench scaling)
+DEFAULT_ALGOS = ("sync", "overlap-sync", "pseudo-sync")
 
-def register(cls: type) -> type:
-    """Class decorator: add an Algorithm subclass to :data:`ALGORITHMS` under ``cls.name``."""
-    ALGORITHMS[cls.name] = cls
-    return cls
 
-
-def algorithm_class(name: str) -> type:
+def algorithm_class(name: str) -> type[Algorithm]:
     """The Algorithm subclass registered as ``name``.
 
     Raises:
-        ValueError: unknown name (valid ones listed).
+        ValueError: unknown name (the valid ones listed).
     """
-    _load_optional()
     if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)} "
+                         "(python -m minips algorithms describes them)")
     return ALGORITHMS[name]
 
 
-def make_algorithm(name: str, params, optimizer, comm, **options) -> Algorithm:
-    """Build the algorithm ``name`` with its options.
+@dataclass(frozen=True)
+class AlgoSpec:
+    """A spec string resolved against the registry: class, typed options, label.
 
-    Options that the algorithm does not take are ignored if they are None
-    (so the CLI can pass every flag), and rejected otherwise.
+    Attributes:
+        cls: the Algorithm subclass.
+        options: its validated ``Options`` instance.
+        label: the run's name (``@LABEL``, else the spec as written).
+        text: the spec as written.
+    """
+    cls: type
+    options: object
+    label: str
+    text: str
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def replicated(self) -> bool:
+        """Whether runs of this spec keep every rank's weights identical."""
+        return self.cls.keeps_replicas(self.options)
+
+    def options_dict(self) -> dict:
+        return options_dict(self.options)
+
+    @property
+    def run_label(self) -> str:
+        """The label of a single run: ``label``, except that a bare name gets
+        the class's default label (e.g. ``pseudo-sync`` -> ``pseudo-sync:adaptive``,
+        which says which options ran)."""
+        return self.cls.default_label(self.options) if self.label == self.cls.name else self.label
+
+    def step_time(self, profile, P: int, net, phi: float = 0.0) -> float:
+        """The class's cost model with these options (seconds per step; see
+        :meth:`Algorithm.step_time`)."""
+        return self.cls.step_time(self.options, profile, P, net, phi)
+
+    def build(self, params, optimizer, comm) -> Algorithm:
+        """The running algorithm for a model's ``params`` and ``optimizer``."""
+        return self.cls(params, optimizer, comm, options=self.options)
+
+
+def resolve(spec, defaults: dict | None = None) -> AlgoSpec:
+    """Parse and check a spec string (or pass an :class:`AlgoSpec` through).
+
+    Args:
+        spec: ``NAME[:key=value]...[@LABEL]`` (see :mod:`.spec`).
+        defaults: option values from legacy flags (``--staleness``,
+            ``--predictor``, ``--bucket-mb``, ``[predictor_options]``), used for
+            options the class has and the spec does not set; None values ignored.
 
     Raises:
-        ValueError: unknown name (valid ones listed) or an option the algorithm
-            does not accept (its valid options listed).
+        ValueError: malformed spec, unknown algorithm or option, a bad value.
+    """
+    if isinstance(spec, AlgoSpec):
+        return spec
+    parsed: ParsedSpec = parse_spec(spec)
+    cls = algorithm_class(parsed.name)
+    options = build_options(cls, parsed, defaults)
+    return AlgoSpec(cls, options, parsed.label or parsed.text, parsed.text)
+
+
+def build_algorithm(spec, params, optimizer, comm, defaults: dict | None = None) -> Algorithm:
+    """Build the algorithm a spec string names (see :func:`resolve`)."""
+    return resolve(spec, defaults).build(params, optimizer, comm)
+
+
+def make_algorithm(name: str, params, optimizer, comm, **options) -> Algorithm:
+    """Build algorithm ``name`` with keyword options, e.g.
+    ``make_algorithm("pseudo-sync", params, opt, comm, staleness=2)``.
+    None values are ignored (so callers can pass every flag).
+
+    Raises:
+        ValueError: unknown name or option (the valid ones listed), or a bad value.
     """
     cls = algorithm_class(name)
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "params", "optimizer", "comm"}
-    given = {k: v for k, v in options.items() if v is not None}
-    extra = sorted(set(given) - accepted)
-    if extra:
-        raise ValueError(f"algorithm {name!r} does not take option(s) {', '.join(extra)}; "
-                         f"it takes: {', '.join(sorted(accepted)) or 'none'}")
-    return cls(params, optimizer, comm, **given)
+    return cls(params, optimizer, comm, options=build_options(cls, **options))
 
 
-def _load_optional():
-    """Import the modules that register further algorithms."""
-    import importlib
-    for mod in ("pseudo_sync", "local_sgd", "gossip", "compression"):
-        try:
-            importlib.import_module(f"{__name__}.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{mod}":
-                raise
+def describe_algorithms() -> list[dict]:
+    """One dict per registered algorithm: name, family, whether ranks stay
+    identical with the default options, its options (name, type, default,
+    unit, help), positional short form, the paper, and the first docstring line."""
+    rows = []
+    for name, cls in ALGORITHMS.items():
+        defaults = build_options(cls)
+        rows.append({"name": name, "family": cls.family, "replicated": cls.keeps_replicas(defaults),
+                     "options": option_rows(cls.Options), "positional": list(cls.POSITIONAL),
+                     "paper": cls.paper, "summary": (cls.__doc__ or "").strip().splitlines()[0]})
+    return rows

@@ -1,20 +1,35 @@
 """What every distributed algorithm shares: the flat buffers, the optimizer
-binding, the initial broadcast, and the driving interface::
+binding, the initial broadcast, and the hooks the Trainer drives::
 
-    algo = make_algorithm(name, model.parameters(), optimizer, comm, **options)
-    algo.start()                 # broadcast initial weights from rank 0
+    algo = build_algorithm("local-sgd:period=8", params, optimizer, comm)
+    algo.start()                          # every rank starts from rank 0's weights
     for batch in loader:
-        algo.before_forward()    # e.g. look-ahead weights
-        loss = model.loss(batch)
-        algo.before_backward()   # e.g. choose the gradient buffer, arm hooks
-        loss.backward()          # hooks may post Iallreduce per bucket
-        algo.step()              # communicate / predict / apply the update
-    algo.finish()                # wait for every outstanding request
+        with algo.compute_point():        # weights to take the gradient at (as is, or
+            loss = model.loss(batch)      #   lookahead's / push-sum's de-biased ones)
+            algo.before_backward()        # zero (or choose) the gradient buffer
+            loss.backward()               # gradient hooks may post per-bucket requests
+        algo.step()                       # communicate / predict / average / update
+    algo.drain()                          # complete everything in flight (checkpoint, end)
+    with algo.eval_point():               # own weights, or the average over ranks
+        metrics = task.evaluate(model, comm)
+    algo.state_dict() / load_state_dict() # this rank's algorithm state
 
-Subclasses implement :meth:`Algorithm.step` (and, if they keep state across
-steps, :meth:`state_dict` / :meth:`load_state_dict`).
+A subclass sets ``name``, ``family``, ``paper`` and an ``Options`` dataclass,
+implements :meth:`Algorithm.step`, and gives its cost model
+:meth:`Algorithm.step_time`. Everything else has a default that fits
+gradient-averaging methods whose ranks stay identical.
+
+What the Trainer tells an algorithm before each :meth:`step`:
+``self.ctx`` (a :class:`StepContext`: step, epoch, loss, learning rate,
+samples in this rank's batch). What an algorithm may change: the learning rate
+(:meth:`adjust_lr`), its rank's batch size (:meth:`batch_size`), the number of
+micro-batches whose gradients one step accumulates (:meth:`micro_batches`),
+and the optimizer step itself (override :meth:`apply_update`).
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,8 +37,9 @@ from ... import autograd
 from ...nn import module as nn_module
 from ...timing import StepTimer
 from ..flat import FlatParams
+from .spec import build_options, options_dict
 
-__all__ = ["Algorithm", "FlatHandle"]
+__all__ = ["Algorithm", "FlatHandle", "NoOptions", "StepContext"]
 
 
 class FlatHandle:
@@ -36,6 +52,33 @@ class FlatHandle:
         self.dtype = flat.weights.dtype
 
 
+@dataclass
+class NoOptions:
+    """An algorithm without options."""
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
+class StepContext:
+    """What the Trainer knows about the current step, set before :meth:`Algorithm.step`.
+
+    Attributes:
+        step: global step index (0-based).
+        epoch: epoch index (0-based).
+        loss: this rank's training loss of the step (float).
+        lr: the learning rate of this step (after :meth:`Algorithm.adjust_lr`).
+        samples: samples in this rank's batch (for weighted averages when ranks
+            use different batch sizes).
+    """
+    step: int = 0
+    epoch: int = 0
+    loss: float = float("nan")
+    lr: float = 0.0
+    samples: int = 0
+
+
 class Algorithm:
     """Base class of data-parallel training algorithms.
 
@@ -44,41 +87,99 @@ class Algorithm:
         optimizer: an :class:`minips.optim.SGD` over those parameters; it is
             rebound to the single flat weight buffer.
         comm: a :class:`minips.distributed.comm.Comm`.
-        num_grad_buffers: gradient buffers to allocate (pseudo-sync needs k+1).
-        bucket_mb: bucket size for per-bucket communication (MiB; 0 = one bucket).
+        options: an instance of the class's ``Options`` (from a spec string via
+            :func:`minips.distributed.algorithms.build_algorithm`), or None to
+            build it from ``**kw`` (e.g. ``PseudoSyncSGD(p, opt, comm, staleness=2)``).
+
+    Raises:
+        ValueError: an unknown option or a value ``Options.validate`` rejects.
 
     Attributes:
-        flat: the :class:`FlatParams`.
-        timer: a :class:`StepTimer` the algorithm adds post/wait/predict/update to.
+        options: the validated ``Options``.
+        flat: the :class:`FlatParams` (weights, gradient buffers, buckets).
+        timer: a :class:`StepTimer`; algorithms add any phase name to it
+            (post, wait, predict, average, compress, mix, ...).
         step_count: completed calls to :meth:`step`.
-        log: dict of per-step scalars to record (e.g. predictor diagnostics),
-            refreshed every step.
+        log: per-step scalars to record in trace.csv (e.g. predictor diagnostics).
+        ctx: the :class:`StepContext` of the current step.
     """
 
     name = "base"
+    family = "gradient averaging"
+    #: the paper (or source) the update rule follows; "reconstruction" if its text was unavailable
+    paper = ""
+    #: option names that a spec may give positionally (``NAME:V1:V2``)
+    POSITIONAL: tuple = ()
+    Options = NoOptions
 
-    def __init__(self, params, optimizer, comm, num_grad_buffers: int = 1, bucket_mb: float = 0.0):
+    def __init__(self, params, optimizer, comm, options=None, **kw):
+        if options is not None and kw:
+            raise TypeError(f"{self.name}: give options either as an Options instance or as keywords, not both")
+        self.options = options if options is not None else build_options(type(self), **kw)
         self.comm = comm
         self.optimizer = optimizer
-        self.flat = FlatParams(params, num_grad_buffers=num_grad_buffers, bucket_mb=bucket_mb)
+        self.flat = FlatParams(params, num_grad_buffers=self.num_grad_buffers(), bucket_mb=self.bucket_mb())
         self.handle = FlatHandle(self.flat)
         optimizer.set_params([self.handle])
         self.timer = StepTimer()
         self.step_count = 0
         self.log: dict = {}
+        self.ctx = StepContext()
         self._callbacks_on = False
+        self.setup()
 
-    # --- lifecycle -------------------------------------------------------------
-    def start(self) -> None:
-        """Make every replica start from rank 0's weights; arm progress polling."""
-        self.comm.bcast(self.flat.weights, root=0)
+    # --- what the class says about itself, from its options --------------------------
+    @classmethod
+    def keeps_replicas(cls, options) -> bool:
+        """Whether every rank holds identical weights after every step with
+        these options (then the Trainer can check hashes and checkpoint one copy)."""
+        return True
+
+    @property
+    def replicated(self) -> bool:
+        """Whether this instance keeps all ranks' weights identical."""
+        return self.keeps_replicas(self.options)
+
+    @classmethod
+    def step_time(cls, options, profile, P: int, net, phi: float = 0.0) -> float:
+        """Seconds per step at P nodes (weak scaling) predicted from a one-node
+        ``profile`` (:class:`~minips.distributed.projection.StepProfile`) and an
+        interconnect ``net`` (anything with ``allreduce_time(nbytes, P)``);
+        ``phi`` in [0, 1] is the fraction of overlapped communication charged
+        to compute. Every registered algorithm gives its own model.
+
+        Raises:
+            NotImplementedError: the algorithm has no cost model.
+        """
+        raise NotImplementedError(f"{cls.name} has no step-time model")
+
+    def num_grad_buffers(self) -> int:
+        """Flat gradient buffers to allocate (pseudo-sync rotates k+1)."""
+        return 1
+
+    def bucket_mb(self) -> float:
+        """Bucket size in MiB for per-bucket communication (0 = one bucket)."""
+        return 0.0
+
+    def setup(self) -> None:
+        """Subclass initialisation once ``self.flat`` exists (hooks, state)."""
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self, broadcast: bool = True) -> None:
+        """Make every replica start from rank 0's weights (``broadcast``; a run
+        resumed with per-rank weights keeps its own); arm progress polling."""
+        if broadcast:
+            self.comm.bcast(self.flat.weights, root=0)
         if self.comm.progress_mode == "poll" and self.comm.size > 1 and not self._callbacks_on:
             autograd.backward_callbacks.append(self.comm.progress)
             nn_module.forward_callbacks.append(self.comm.progress)
             self._callbacks_on = True
 
-    def before_forward(self) -> None:
-        """Hook before the forward pass (e.g. move to look-ahead weights)."""
+    @contextmanager
+    def compute_point(self):
+        """Context in which forward and backward run: the weights the gradient is
+        taken at. Default: the weights as they are."""
+        yield
 
     def before_backward(self) -> None:
         """Zero the gradient buffer backward will accumulate into."""
@@ -90,7 +191,8 @@ class Algorithm:
 
     def drain(self) -> None:
         """Complete every outstanding request and keep its result (for a
-        checkpoint); training can continue afterwards."""
+        checkpoint or an evaluation); training can continue afterwards with the
+        same trajectory."""
         self.comm.wait_all()
 
     def finish(self) -> None:
@@ -105,7 +207,57 @@ class Algorithm:
             nn_module.forward_callbacks.remove(self.comm.progress)
             self._callbacks_on = False
 
-    # --- helpers for subclasses ------------------------------------------------
+    # --- what the Trainer evaluates and logs -----------------------------------------
+    def average_weights(self) -> np.ndarray:
+        """The mean of the weights over ranks (a new float32 array; one blocking
+        allreduce, not timed as part of a step)."""
+        avg = self.flat.weights.copy()
+        self.comm.allreduce(avg)
+        return self.average(avg)
+
+    @contextmanager
+    def eval_point(self, own: bool = False):
+        """Context in which the model holds the weights to evaluate: its own
+        when ranks are identical (or ``own``), else the average over ranks
+        (collective: every rank must enter it). The weights are restored after."""
+        if self.replicated or own:
+            yield
+            return
+        saved = self.flat.weights.copy()
+        avg = self.average_weights()
+        self.flat.weights[...] = avg
+        try:
+            yield
+        finally:
+            self.flat.weights[...] = saved
+
+    def consensus_distance(self) -> float:
+        """``(1/P) sum_i ||w_i - mean(w)||^2`` over ranks (collective; 0 when
+        replicas are identical): how far the ranks' models have drifted apart."""
+        if self.comm.size == 1:
+            return 0.0
+        avg = self.average_weights()
+        local = float(np.sum((self.flat.weights.astype(np.float64) - avg) ** 2))
+        return self.comm.allreduce_scalar(local) / self.comm.size
+
+    # --- what an algorithm may change in the loop -------------------------------------
+    def adjust_lr(self, lr: float) -> float:
+        """The learning rate to use this step, given the schedule's ``lr``
+        (e.g. STL-SGD halves it per stage). Default: unchanged."""
+        return lr
+
+    def batch_size(self, base: int) -> int:
+        """This rank's batch size, given the configured per-rank ``base``
+        (e.g. unequal batches for ranks of different speed). Read once at build."""
+        return base
+
+    def micro_batches(self) -> int:
+        """How many micro-batches this step's gradient accumulates (1 = the
+        whole batch at once). Algorithms that post requests from gradient hooks
+        must keep 1."""
+        return 1
+
+    # --- helpers for subclasses --------------------------------------------------------
     def average(self, buf: np.ndarray) -> np.ndarray:
         """In place: the allreduce SUM -> the MEAN over ranks (divide by P)."""
         if self.comm.size > 1:
@@ -113,7 +265,8 @@ class Algorithm:
         return buf
 
     def apply_update(self, direction: np.ndarray) -> None:
-        """``w <- optimizer(w, direction)`` on the flat weights, timed as 'update'."""
+        """``w <- optimizer(w, direction)`` on the flat weights, timed as 'update'.
+        Override to replace the optimizer step itself."""
         with self.timer.phase("update"):
             self.optimizer.apply(0, self.flat.weights, direction)
 
@@ -122,14 +275,29 @@ class Algorithm:
         self.step_count += 1
         return self.timer.end_step()
 
-    # --- state -----------------------------------------------------------------
+    # --- state -----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Algorithm state beyond weights and optimizer (pending results etc.)."""
+        """This rank's algorithm state beyond weights and optimizer (pending
+        results, counters, buffers); call :meth:`drain` first."""
         return {"step_count": self.step_count}
 
     def load_state_dict(self, state: dict) -> None:
         self.step_count = int(state.get("step_count", 0))
 
+    def report(self) -> dict:
+        """Extra entries for summary.json (e.g. the predictor's full options)."""
+        return {}
+
+    def options_dict(self) -> dict:
+        """The options as a plain dict (summary.json)."""
+        return options_dict(self.options)
+
     def describe(self) -> str:
         """One line naming the algorithm and its options (for logs)."""
-        return self.name
+        opts = ", ".join(f"{k}={v}" for k, v in self.options_dict().items() if v not in ({}, None))
+        return f"{self.name} ({opts})" if opts else self.name
+
+    @classmethod
+    def default_label(cls, options) -> str:
+        """The run's name when none is given (tables, figures, folders)."""
+        return cls.name

@@ -25,13 +25,16 @@ pending) and one that the next backward writes into.
 """
 from __future__ import annotations
 
+import typing
 from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import register
 from .base import Algorithm
-from .predictors import make_predictor
+from .predictors import PREDICTORS, make_predictor
+from .spec import convert_value
 
 __all__ = ["PseudoSyncSGD"]
 
@@ -40,54 +43,105 @@ class _Pending:
     """One gradient in the pipeline: either still in flight (``req`` and the
     buffer it lives in) or already averaged (``G``, a private copy)."""
 
-    __slots__ = ("req", "buf", "G", "w_then", "step")
+    __slots__ = ("G", "buf", "req", "step", "w_then")
 
     def __init__(self, req, buf, w_then, step, G=None):
         self.req, self.buf, self.w_then, self.step, self.G = req, buf, w_then, step, G
 
 
-@register
 class PseudoSyncSGD(Algorithm):
     """Stale-by-k data-parallel SGD with a gradient predictor.
 
-    Args:
+    Options (spec ``pseudo-sync:predictor=adaptive:staleness=2:rho=0.95``, or
+    positionally ``pseudo-sync:adaptive:2``):
         staleness: k >= 1 (default 1).
         predictor: ``last``, ``ema``, ``holt``, ``lookahead`` or ``adaptive``
             (default; see :mod:`minips.distributed.algorithms.predictors`).
-        predictor_options: dict of the predictor's options (e.g. ``{"rho": 0.9}``).
+        predictor_options: the predictor's options (e.g. ``{"rho": 0.9}``);
+            in a spec, any key that is not staleness or predictor goes here.
 
     Raises:
         ValueError: staleness < 1, unknown predictor or option.
     """
 
     name = "pseudo-sync"
+    family = "stale gradient averaging"
+    paper = ("Wen, Qiu, Zhang, Huang, Xiao & Lin, Accelerating Massively Distributed Deep Learning Through "
+             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024)")
+    POSITIONAL = ("predictor", "staleness")
+    #: the paper's measured weak-scaling efficiency (where, {nodes: E(P)})
+    reported_efficiency = ("Tianhe-II", {64: 0.934, 128: 0.905})
 
-    def __init__(self, params, optimizer, comm, staleness: int = 1, predictor: str = "adaptive",
-                 predictor_options: dict | None = None):
-        if staleness < 1:
-            raise ValueError(f"pseudo-sync needs staleness >= 1, got {staleness} "
-                             "(staleness 0 is plain synchronous SGD: use --algo sync)")
-        self.predictor = make_predictor(predictor, staleness, **(predictor_options or {}))
-        super().__init__(params, optimizer, comm, num_grad_buffers=staleness + 1)
-        self.k = staleness
+    @dataclass
+    class Options:
+        predictor: str = field(default="adaptive", metadata={"help": "gradient predictor: " + ", ".join(PREDICTORS)})
+        staleness: int = field(default=1, metadata={"help": "k: apply each averaged gradient k steps later",
+                                                     "unit": "steps"})
+        predictor_options: dict = field(default_factory=dict, metadata={
+            "help": "the predictor's options (any other key=value goes here, e.g. rho=0.95)"})
+        EXTRA = "predictor_options"
+
+        def validate(self):
+            if self.staleness < 1:
+                raise ValueError(f"staleness must be >= 1, got {self.staleness} "
+                                 "(staleness 0 is plain synchronous SGD: use sync)")
+            if self.predictor in PREDICTORS:  # typed like the predictor's arguments ("0.95" -> 0.95)
+                hints = typing.get_type_hints(PREDICTORS[self.predictor].__init__)
+                self.predictor_options = {k: convert_value(v, hints[k], f"{self.predictor} option {k}")
+                                          if k in hints else v for k, v in self.predictor_options.items()}
+            make_predictor(self.predictor, self.staleness, **self.predictor_options)  # raises on a bad name/option
+
+    @classmethod
+    def default_label(cls, options) -> str:
+        return f"{cls.name}:{options.predictor}"
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
+        """The allreduce of step t hides behind step t+1::
+
+            C = compute + predict;  A = allreduce time of the whole gradient
+            T = C + phi * min(A, C) + max(0, A - C)
+
+        With phi = 0, ``T = max(C, A)``; with phi = 1, ``T = C + A``. The
+        staleness does not change the steady state: the network carries one
+        allreduce at a time, so a step lasts at least one allreduce for any k."""
+        C = profile.compute + profile.predict
+        A = net.allreduce_time(profile.grad_bytes, P)
+        return C + phi * min(A, C) + max(0.0, A - C)
+
+    def num_grad_buffers(self) -> int:
+        return self.options.staleness + 1
+
+    def setup(self) -> None:
+        o = self.options
+        self.predictor = make_predictor(o.predictor, o.staleness, **o.predictor_options)
+        self.k = o.staleness
         self.pipeline: deque[_Pending] = deque()
-        self.free = deque(range(1, staleness + 1))  # buffer 0 is current
-        self._w_actual = None
+        self.free = deque(range(1, self.k + 1))  # buffer 0 is current
+        self._released = None  # the buffer of the gradient consumed this step, if any
 
     def describe(self) -> str:
         return f"{self.name} (k={self.k}, predictor={self.predictor.name})"
 
-    def before_forward(self) -> None:
-        """``lookahead``: compute this step's gradient at extrapolated weights."""
+    def report(self) -> dict:
+        return {"predictor": self.predictor.name, "staleness": self.k, "predictor_options": self.predictor.options()}
+
+    @contextmanager
+    def compute_point(self):
+        """``lookahead``: compute this step's gradient at extrapolated weights,
+        then put the actual weights back for the update."""
         la = self.predictor.lookahead_weights(self.flat.weights, self.optimizer)
-        if la is not None:
-            self._w_actual = self.flat.weights.copy()
-            self.flat.weights[...] = la
+        if la is None:
+            yield
+            return
+        w_actual = self.flat.weights.copy()
+        self.flat.weights[...] = la
+        try:
+            yield
+        finally:
+            self.flat.weights[...] = w_actual
 
     def step(self) -> None:
-        if self._w_actual is not None:  # undo the lookahead before updating
-            self.flat.weights[...] = self._w_actual
-            self._w_actual = None
         self._post_fresh_gradient()
         self.log = {}
         if len(self.pipeline) > self.k:

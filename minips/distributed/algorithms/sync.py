@@ -19,15 +19,26 @@ batches is the mean). Two ways to communicate:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from .base import Algorithm
 
 __all__ = ["SyncSGD", "OverlapSyncSGD"]
+
+_SYNC_PAPER = "Goyal et al., Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour, arXiv:1706.02677 (2017)"
 
 
 class SyncSGD(Algorithm):
     """Blocking allreduce of the flat gradient, then the update."""
 
     name = "sync"
+    family = "gradient averaging"
+    paper = _SYNC_PAPER
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
+        """``T = compute + A(P)``: nothing overlaps, so phi does not matter."""
+        return profile.compute + net.allreduce_time(profile.grad_bytes, P)
 
     def step(self) -> None:
         g = self.flat.grads[0]
@@ -40,9 +51,9 @@ class SyncSGD(Algorithm):
 class OverlapSyncSGD(Algorithm):
     """Per-bucket Iallreduce posted during backward; wait for all, then update.
 
-    Args:
+    Options:
         bucket_mb: bucket size in MiB (default 1; PyTorch DDP uses 25 for
-            models 100x larger).
+            models 100x larger; 0 = one bucket, i.e. plain sync).
 
     Attributes:
         requests: bucket index -> :class:`~minips.distributed.comm.Request` of the
@@ -51,9 +62,38 @@ class OverlapSyncSGD(Algorithm):
     """
 
     name = "overlap-sync"
+    family = "gradient averaging"
+    paper = ("Sergeev & Del Balso, Horovod, arXiv:1802.05799 (2018); Li et al., PyTorch Distributed, "
+             "VLDB 2020")
 
-    def __init__(self, params, optimizer, comm, bucket_mb: float = 1.0):
-        super().__init__(params, optimizer, comm, num_grad_buffers=1, bucket_mb=bucket_mb)
+    @dataclass
+    class Options:
+        bucket_mb: float = field(default=1.0, metadata={"help": "bucket size", "unit": "MiB"})
+
+        def validate(self):
+            if self.bucket_mb < 0:
+                raise ValueError(f"bucket-mb must be >= 0 (0 = one bucket), got {self.bucket_mb}")
+
+    def bucket_mb(self) -> float:
+        return self.options.bucket_mb
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
+        """Per-bucket allreduce posted during backward; buckets go one after the
+        other, all of backward can hide them except the last bucket (ready only
+        when backward ends); each bucket pays the latency term::
+
+            A_total = sum_b A(bucket_b);  hidden = min(A_total - A_last, backward)
+            T = compute + phi * hidden + (A_total - hidden)
+
+        With one bucket nothing is hidden and it equals sync."""
+        buckets = profile.buckets or (profile.grad_bytes,)
+        times = [net.allreduce_time(b, P) for b in buckets]
+        total, last = sum(times), times[-1]
+        hidden = min(total - last, profile.backward)
+        return profile.compute + phi * hidden + (total - hidden)
+
+    def setup(self) -> None:
         self.requests = {}
         self._remaining = {}
         for i, p in enumerate(self.flat.params):

@@ -1,0 +1,237 @@
+"""Run configuration: :class:`TrainConfig` (every option of ``train``; the CLI
+flags and TOML keys are its field names), TOML config files with typed checks,
+and the output-directory check. Errors a user can cause raise
+:class:`ConfigError` with a message that names the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["TrainConfig", "ConfigError", "load_config", "config_fields", "check_out_dir", "read_toml",
+           "LEGACY_ALGO_OPTIONS"]
+
+
+def read_toml(path, error: type[Exception], missing: str) -> dict:
+    """Parse the TOML file ``path`` (tomllib). Raises ``error(missing)`` when
+    the file does not exist and ``error`` naming the file and the parse error
+    when it is not valid TOML."""
+    import tomllib
+
+    p = Path(path)
+    if not p.exists():
+        raise error(missing)
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"{p}: not valid TOML: {e}") from None
+
+
+class ConfigError(ValueError):
+    """A bad option value or config file; the message says how to fix it."""
+
+
+#: TrainConfig fields that are algorithm options under another name: the
+#: same name in the algorithm's Options (older flags, kept working).
+LEGACY_ALGO_OPTIONS = ("predictor", "staleness", "bucket_mb", "predictor_options")
+
+
+@dataclass
+class TrainConfig:
+    """Every option of a training run (defaults are the README's main job).
+
+    Sizes: ``batch_size`` is per rank (weak scaling: the global batch is
+    ``batch_size * P``). ``lr`` is the base learning rate; with ``scale_lr``
+    it is multiplied by P (linear scaling rule, Goyal et al. 2017) and warmed
+    up linearly over ``warmup_epochs``.
+
+    ``algo`` is an algorithm spec, ``NAME[:key=value]...[@LABEL]`` (see
+    ``python -m minips algorithms``). ``predictor``, ``staleness``,
+    ``bucket_mb`` and ``predictor_options`` are the older flags for those
+    options: None = the algorithm's default; they apply to algorithms that
+    have the option and are ignored by the others (so ``compare`` can pass
+    them to every run); an option in the spec wins over the flag.
+    """
+    model: str = "convnet"
+    data: str = "fashion-mnist-mini"
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 0.0
+    schedule: str = "cosine"
+    warmup_epochs: float = 0.0
+    scale_lr: bool = False
+    seed: int = 0
+    out: str = "runs/latest"
+    algo: str = "pseudo-sync"
+    predictor: str | None = None
+    staleness: int | None = None
+    bucket_mb: float | None = None
+    partition: str = "iid"
+    network: str | None = None
+    progress: str = "poll"
+    check_replicas: int = 0
+    checkpoint_every: int = 0
+    resume: str | None = None
+    max_steps: int = 0
+    eval_batch_size: int = 500
+    quiet: bool = False
+    trace: bool = True
+    predictor_options: dict = field(default_factory=dict)
+    label: str | None = None
+    consensus_every: int = 50
+    eval_rank0: bool = False
+
+    def algo_defaults(self) -> dict:
+        """The older per-option flags as algorithm option defaults (see the class doc)."""
+        return {k: getattr(self, k) for k in LEGACY_ALGO_OPTIONS
+                if getattr(self, k) not in (None, {})}
+
+    def resolve_algo(self):
+        """The :class:`~minips.distributed.algorithms.AlgoSpec` of ``algo`` with the
+        older flags applied.
+
+        Raises:
+            ConfigError: a bad spec (unknown algorithm or option, bad value).
+        """
+        from .distributed.algorithms import resolve
+        try:
+            return resolve(self.algo, self.algo_defaults())
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on an impossible value (naming the flag)."""
+        def need(cond, msg):
+            if not cond:
+                raise ConfigError(msg)
+        need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
+        need(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
+        need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
+        need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")
+        need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        need(self.staleness is None or self.staleness >= 1, f"--staleness must be >= 1 (1 = use the previous "
+                                                            f"step's gradient), got {self.staleness}")
+        need(self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}")
+        need(self.check_replicas >= 0, "--check-replicas must be >= 0 (0 = off)")
+        need(self.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = off)")
+        need(self.max_steps >= 0, "--max-steps must be >= 0 (0 = no limit)")
+        need(self.bucket_mb is None or self.bucket_mb >= 0, "--bucket-mb must be >= 0")
+        need(self.consensus_every >= 0, "--consensus-every must be >= 0 (0 = only at evaluations)")
+        need(self.progress in ("none", "poll", "thread"),
+             f"--progress must be none, poll or thread, got {self.progress!r}")
+
+
+def config_fields() -> list[str]:
+    """Names of the TrainConfig fields: the valid TOML keys and ``--flag`` names."""
+    return [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def load_config(path) -> dict:
+    """Read a TOML run configuration into a dict of TrainConfig fields.
+
+    Keys may use dashes or underscores; predictor options go in a
+    ``[predictor_options]`` table (e.g. ``adapt_lambda = false``).
+
+    Raises:
+        ConfigError: missing file, TOML syntax error, or an unknown key (the
+            valid keys are listed).
+    """
+    p = Path(path)
+    raw = read_toml(p, ConfigError, f"config file {p} does not exist")
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    out = {}
+    for k, v in raw.items():
+        key = k.replace("-", "_")
+        if key not in types:
+            shown = sorted("[predictor_options]" if n == "predictor_options" else n.replace("_", "-")
+                           for n in types)
+            raise ConfigError(f"{p}: unknown key {k!r}; valid keys (dashes or underscores): {', '.join(shown)}")
+        _check_config_type(p, k, v, types[key])
+        out[key] = v
+    return out
+
+
+# TrainConfig field type (its annotation text) -> (accepts(value), what to write)
+_CONFIG_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dict": (lambda v: isinstance(v, dict), "a table"),
+}
+
+
+def _toml_kind(v) -> str:
+    """How TOML calls the type of a parsed value ("a string", "a boolean", ...)."""
+    if isinstance(v, bool):
+        return "a boolean"
+    for t, name in ((int, "an integer"), (float, "a float"), (str, "a string"), (dict, "a table"),
+                    (list, "an array")):
+        if isinstance(v, t):
+            return name
+    return "a date/time"
+
+
+def _toml_repr(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v)
+
+
+def _parses_as(text: str, base: str) -> bool:
+    """Whether ``text`` (a quoted TOML value) is a valid unquoted value of type ``base``."""
+    if base == "bool":
+        return text in ("true", "false")
+    if base in ("int", "float"):
+        try:
+            (int if base == "int" else float)(text)
+            return True
+        except ValueError:
+            return False
+    return False
+
+
+def _check_config_type(path: Path, key: str, value, ftype: str) -> None:
+    """Raise ConfigError unless the TOML ``value`` fits the TrainConfig field
+    type ``ftype`` (int: integers only, not booleans; float: integers or
+    floats; bool: true/false only; str: strings; ``X | None``: as X)."""
+    base = ftype.replace(" | None", "").strip()
+    if base not in _CONFIG_TYPES:
+        return
+    accepts, want = _CONFIG_TYPES[base]
+    if accepts(value):
+        return
+    hint = ""
+    if base == "dict":
+        hint = f"; write it as a table: [{key}] on its own line, then one option = value per line"
+    elif isinstance(value, str):  # a quoted number or boolean: say how to write it unquoted
+        text = value.strip()
+        if _parses_as(text, base):
+            hint = f"; write {key} = {text} without quotes"
+    elif base == "str":
+        hint = f'; put it in quotes: {key} = "{_toml_repr(value)}"'
+    if not hint and base == "bool":
+        hint = f"; write {key} = true or {key} = false (no quotes)"
+    raise ConfigError(f"{path}: {key!r} must be {want}, got {_toml_repr(value)} ({_toml_kind(value)}){hint}")
+
+
+def check_out_dir(out) -> Path:
+    """``Path(out)``, after checking that it can be a run directory: neither it
+    nor any existing folder above it may be a file.
+
+    Raises:
+        ConfigError: naming the file in the way.
+    """
+    out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is" if p == out else f"is inside {p}, which is"
+                raise ConfigError(f"--out {out} {what} a file, not a directory; give --out a directory "
+                                  "(it is created if missing), e.g. --out runs/NAME")
+            break
+    return out

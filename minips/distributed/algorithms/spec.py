@@ -1,0 +1,237 @@
+"""Algorithm spec strings and typed options: the one parser every entry point uses.
+
+Grammar (``train --algo``, ``compare --algos`` entries, study grids, the
+projection, ``python -m minips algorithms``)::
+
+    SPEC   := NAME ( ":" OPTION )* ( "@" LABEL )?
+    OPTION := KEY "=" VALUE          e.g. local-sgd:period=8
+            | VALUE                  positional, in the order the class lists in
+                                     ``POSITIONAL`` (today's short forms, e.g.
+                                     pseudo-sync:adaptive:2 = predictor=adaptive:staleness=2)
+    LABEL  := the run's name in tables, figures and folders (default: the spec as written)
+
+Options are separated by colons so that comma-separated lists of specs
+(``--algos a,b,c``) stay unambiguous. KEY may use dashes or underscores.
+VALUE is converted to the type of the option's field in the algorithm's
+``Options`` dataclass (int, float, bool: true/false/1/0/yes/no, str).
+
+An algorithm's ``Options`` is a dataclass whose fields carry
+``metadata={"help": ..., "unit": ...}`` and whose ``validate()`` raises
+``ValueError`` naming the option and the fix. An ``Options`` class may name
+a dict field in ``EXTRA``: keys it does not know go into that dict (pseudo-sync
+passes them to its predictor, e.g. ``pseudo-sync:predictor=adaptive:rho=0.95``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+
+__all__ = ["ParsedSpec", "parse_spec", "convert_value", "build_options", "option_rows", "options_dict"]
+
+
+@dataclass(frozen=True)
+class ParsedSpec:
+    """A spec string split into its parts (no types checked yet).
+
+    Attributes:
+        name: the algorithm name (before the first ``:``).
+        keyed: ``KEY=VALUE`` options, keys with underscores, values as written.
+        positional: the positional values, in order.
+        label: the ``@LABEL`` part, or None.
+        text: the spec as written (whitespace stripped).
+    """
+    name: str
+    keyed: dict
+    positional: tuple
+    label: str | None
+    text: str
+
+
+def parse_spec(text: str) -> ParsedSpec:
+    """Split ``NAME[:key=value]...[@LABEL]`` into a :class:`ParsedSpec`.
+
+    Raises:
+        ValueError: empty name, empty option, an option given twice, a
+            positional value after a ``key=value`` one, or an empty label.
+    """
+    text = str(text).strip()
+    body, at, label = text.partition("@")
+    if at and not label.strip():
+        raise ValueError(f"algorithm spec {text!r}: nothing after '@'; write NAME[:key=value]...@LABEL")
+    parts = body.split(":")
+    name = parts[0].strip()
+    if not name:
+        raise ValueError(f"algorithm spec {text!r}: no algorithm name; write NAME[:key=value]..., "
+                         "e.g. local-sgd:period=8 (python -m minips algorithms lists the names)")
+    keyed: dict = {}
+    positional = []
+    for part in parts[1:]:
+        part = part.strip()
+        if not part:
+            raise ValueError(f"algorithm spec {text!r}: empty option between colons")
+        if "=" in part:
+            key, _, value = part.partition("=")
+            key = key.strip().replace("-", "_")
+            if not key:
+                raise ValueError(f"algorithm spec {text!r}: option {part!r} has no name; write key=value")
+            if key in keyed:
+                raise ValueError(f"algorithm spec {text!r}: option {key!r} given twice")
+            keyed[key] = value.strip()
+        else:
+            if keyed:
+                raise ValueError(f"algorithm spec {text!r}: positional value {part!r} after key=value options; "
+                                 "write it as key=value too")
+            positional.append(part)
+    return ParsedSpec(name, keyed, tuple(positional), label.strip() if at else None, text)
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _base_type(tp) -> type:
+    """``int | None`` -> int; ``"float"`` (string annotations) -> float."""
+    if isinstance(tp, str):
+        tp = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict}.get(
+            tp.replace(" | None", "").replace("Optional[", "").rstrip("]").strip(), str)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if args:
+        return _base_type(args[0])
+    origin = typing.get_origin(tp)
+    return origin or tp
+
+
+def convert_value(value, tp, where: str):
+    """Convert a spec/flag/TOML ``value`` to the field type ``tp``.
+
+    Strings are parsed (``"8"`` -> 8 for int); values of the right type pass;
+    an int is accepted for a float. ``where`` names the option in errors.
+
+    Raises:
+        ValueError: the value does not convert, naming the option and the type wanted.
+    """
+    base = _base_type(tp)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    if base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where} must be an integer, got {value!r}")
+    if base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where} must be a number, got {value!r}")
+    if base is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ValueError(f"{where} must be a table of options, got {value!r}")
+    return value if isinstance(value, str) else str(value)
+
+
+def _literal(value: str):
+    """An extra option's value from a spec string: int, float, bool or str."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(value)
+        except ValueError:
+            pass
+    return value
+
+
+def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None = None, **given):
+    """The ``cls.Options`` instance for a spec, validated.
+
+    Precedence: ``given`` (keyword options, e.g. from Python code) and the
+    spec's own options > ``defaults`` (legacy flags such as ``--staleness``,
+    applied only to options the class has and the spec did not set) > the
+    dataclass defaults.
+
+    Raises:
+        ValueError: too many positional values, an unknown option (the valid
+            ones listed), a value of the wrong type, or the Options' own
+            ``validate()`` failing.
+    """
+    Opts = cls.Options
+    fields = {f.name: f for f in dataclasses.fields(Opts)}
+    extra_field = getattr(Opts, "EXTRA", None)
+    values: dict = {}
+    extra: dict = {}
+    where = f"{cls.name}"
+    if parsed is not None:
+        positional = getattr(cls, "POSITIONAL", ())
+        if len(parsed.positional) > len(positional):
+            form = ":".join(f"{p.upper()}" for p in positional) or "no positional values"
+            raise ValueError(f"algorithm spec {parsed.text!r}: too many positional values; {cls.name} takes "
+                             f"{cls.name}{':' if positional else ''}{form} or key=value options "
+                             f"({', '.join(fields) or 'none'})")
+        values.update(zip(positional, parsed.positional))
+        for k, v in parsed.keyed.items():
+            if k in values:
+                raise ValueError(f"algorithm spec {parsed.text!r}: option {k!r} given twice")
+            values[k] = v
+        where = f"algorithm spec {parsed.text!r}:"
+    for k, v in given.items():
+        if v is not None:
+            values[k] = v
+    for k in list(values):
+        if k not in fields:
+            if extra_field:
+                raw = values.pop(k)
+                extra[k] = _literal(raw) if isinstance(raw, str) else raw
+                continue
+            valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
+            raise ValueError(f"{where} {cls.name} has no option {k.replace('_', '-')!r}; its options: {valid} "
+                             "(python -m minips algorithms lists them)")
+    for k, v in (defaults or {}).items():
+        if v is not None and k in fields and k not in values:
+            values[k] = v
+    hints = typing.get_type_hints(Opts)
+    typed = {k: convert_value(v, hints.get(k, fields[k].type), f"{where} option {k.replace('_', '-')}")
+             for k, v in values.items()}
+    if extra:
+        typed[extra_field] = {**typed.get(extra_field, {}), **extra}
+    try:
+        opts = Opts(**typed)
+    except TypeError as e:
+        raise ValueError(f"{where} {e}") from None
+    validate = getattr(opts, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ValueError as e:
+            raise ValueError(f"{cls.name}: {e}" if parsed is None else f"{where} {e}") from None
+    return opts
+
+
+def options_dict(opts) -> dict:
+    """The options as a plain dict (for summary.json and the listing)."""
+    return dataclasses.asdict(opts)
+
+
+def option_rows(Opts) -> list[dict]:
+    """One dict per option of an ``Options`` class: name, type, default, unit, help."""
+    hints = typing.get_type_hints(Opts)
+    rows = []
+    for f in dataclasses.fields(Opts):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        rows.append({"name": f.name.replace("_", "-"), "type": _base_type(hints.get(f.name, f.type)).__name__,
+                     "default": default, "unit": f.metadata.get("unit", ""), "help": f.metadata.get("help", "")})
+    return rows

@@ -1,0 +1,110 @@
+"""What a finished run reports: the ``summary.json`` dict and its text form
+(the timing breakdown printed at the end of ``train``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .timing import PHASES
+
+__all__ = ["summary", "format_breakdown", "format_final"]
+
+
+def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
+    """The summary of a finished run (collective: reduces over ranks).
+
+    Timing: the mean seconds per phase over steps and ranks (after the first
+    steps: JIT warm-up, pipeline fill); the step time is the slowest rank's
+    mean. Traffic: bytes this communication layer counted as sent by each
+    rank during the training steps (not evaluation or checkpoints).
+    """
+    cfg, comm, algo, spec = trainer.cfg, trainer.comm, trainer.algo, trainer.spec
+    skip = min(5, max(0, len(algo.timer.rows) - 1))  # JIT warm-up steps, pipeline fill
+    local = algo.timer.mean(skip)
+    names = sorted(set().union(*comm.allgather(sorted(local))))  # a phase one rank lacks counts 0 there
+    breakdown = {k: comm.allreduce_scalar(local.get(k, 0.0)) / comm.size for k in _ordered(names)}
+    # Steady-state step time: skip the JIT warm-up steps; the slowest rank
+    # sets the pace of the job, so take the max over ranks.
+    times = trainer.step_times[skip:] or trainer.step_times or [float("nan")]
+    step_time = comm.allreduce_scalar(float(np.mean(times)), "max")
+    # Overlap efficiency = 1 - wait / (allreduce time when nothing else runs).
+    overlap = None
+    if trainer.comm_alone_s:
+        overlap = max(0.0, 1.0 - breakdown["wait"] / trainer.comm_alone_s)
+    sent = comm.allgather(int(sum(trainer.step_bytes)))
+    steps_run = max(1, len(trainer.step_bytes))
+    last = trainer.last_eval
+    describe = getattr(trainer.sampler, "describe", None)
+    out = {
+        "label": cfg.label or spec.run_label,
+        "model": cfg.model, "data": cfg.data, "algo": spec.name, "algo_spec": spec.text,
+        "algo_options": spec.options_dict(), "family": spec.cls.family, "replicated": algo.replicated,
+        "predictor": None, "staleness": None, "predictor_options": None,
+        **algo.report(),
+        "partition": describe() if describe else cfg.partition,
+        "world_size": comm.size, "seed": cfg.seed, "epochs": len(trainer.history),
+        "epochs_planned": cfg.epochs,
+        "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
+        "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)), "lr": cfg.lr,
+        "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
+        "wall_time_s": wall,
+        "images_per_s": comm.allreduce_scalar(trainer.batch_size) / step_time,
+        "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
+        "time_breakdown": breakdown, "step_time_s": step_time,
+        "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
+        "bytes_sent_per_rank": sent,
+        "bytes_sent_per_step": float(np.mean(sent)) / steps_run,
+        "network": str(comm.network) if comm.network else "real",
+        "network_emulated": comm.emulated, "progress": comm.progress_mode,
+        "threads_per_rank": trainer.threads,
+        "stopped": stopped,
+        "history": trainer.history,
+    }
+    for k, v in last.items():
+        if k.startswith(("test_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy", "consensus_distance"):
+            out[k] = v
+    return out
+
+
+def _ordered(names) -> list[str]:
+    """The standard phases first, then the others by name."""
+    return [p for p in PHASES if p in names] + sorted(n for n in names if n not in PHASES)
+
+
+def format_breakdown(summary: dict) -> str:
+    """A small text table of the mean per-step timing breakdown (every phase
+    the algorithm timed), the traffic, and the final metric."""
+    b = summary["time_breakdown"]
+    step = summary["step_time_s"]
+    emulated = f" [EMULATED network: {summary['network']}]" if summary["network_emulated"] else ""
+    lines = [f"timing per step (mean over steps and ranks){emulated}:"]
+    for k in _ordered(b):
+        if k in PHASES or b[k] > 0:
+            lines.append(f"  {k:<9}{b[k] * 1e3:9.2f} ms  {100 * b[k] / step:5.1f}%")
+    other = step - sum(b.values())
+    lines.append(f"  {'other':<9}{other * 1e3:9.2f} ms  {100 * other / step:5.1f}%  (data, logging)")
+    lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s")
+    if summary.get("bytes_sent_per_step") is not None and summary.get("world_size", 1) > 1:
+        lines.append(f"  sent     {summary['bytes_sent_per_step'] / 2**20:9.3f} MiB per step per rank (mean)")
+    if summary.get("overlap_efficiency") is not None:
+        lines.append(f"  blocking allreduce alone {summary['comm_alone_s'] * 1e3:.2f} ms; overlap efficiency "
+                     f"{summary['overlap_efficiency']:.2f}  (1 - wait / allreduce alone)")
+        if b["wait"] > summary["comm_alone_s"]:
+            lines.append("  (the wait is longer than the allreduce itself: the rest is waiting for the "
+                         "slowest rank, not communication)")
+    if summary.get("consensus_distance") is not None:
+        lines.append(f"  consensus distance at the end {summary['consensus_distance']:.4g} "
+                     "((1/P) sum_i ||w_i - mean w||^2); metrics are of the averaged model")
+    lines.append("  " + format_final(summary))
+    return "\n".join(lines)
+
+
+def format_final(summary: dict) -> str:
+    """The final-metric line: test accuracy (0..1) to 4 decimals, or for the
+    captioner BLEU-4 on sacrebleu's 0..100 scale (as summary.json stores it
+    and docs/captioning.md reports it) with the exact-match fraction."""
+    def num(v, fmt):
+        return "n/a" if v is None else format(v, fmt)
+    if summary.get("bleu") is not None:
+        return (f"final BLEU-4 (0-100): {num(summary['bleu'], '.2f')}, "
+                f"exact match {num(summary.get('exact_match'), '.4f')}")
+    return f"final test accuracy: {num(summary.get('test_accuracy'), '.4f')}"

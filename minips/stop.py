@@ -1,0 +1,58 @@
+"""The stop protocol: every rank stops at the same step when any rank is signalled."""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["StopAgreement"]
+
+
+class StopAgreement:
+    """Stop every rank at the same step when any rank gets SIGTERM or SIGINT.
+
+    Slurm sends SIGTERM to all tasks before a time limit, but they may be at
+    different steps. Each step every rank posts a 1-element Iallreduce (MAX) of
+    its "stop" flag and reads the result posted one step earlier (long
+    complete by then, so this adds no wait): all ranks see the same value at
+    the same step and stop together.
+    """
+
+    def __init__(self, comm):
+        import signal
+
+        self.comm, self.flag = comm, False
+        self.bufs = [np.zeros(1, np.float32), np.zeros(1, np.float32)]
+        self.req, self.i = None, 0
+        self._old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread
+                pass
+
+    def _handler(self, signum, frame):
+        self.flag = True
+
+    def should_stop(self) -> bool:
+        """True on every rank at the same step once any rank was signalled."""
+        if self.comm.size == 1:
+            return self.flag
+        stop = False
+        if self.req is not None:
+            self.req.wait()
+            stop = self.req.buf[0] > 0
+        buf = self.bufs[self.i]
+        self.i ^= 1
+        buf[0] = 1.0 if self.flag else 0.0
+        self.req = self.comm.iallreduce(buf, tag="stop")
+        return bool(stop)
+
+    def close(self, wait: bool = True) -> None:
+        """Complete the last flag exchange (``wait``) and restore the signal handlers."""
+        import signal
+
+        if self.req is not None and wait:
+            self.req.wait()
+        self.req = None
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
