@@ -6,14 +6,14 @@ a temporary each (4.4 ms of CPU per step for the 422k-weight ConvNet, as much
 as a sixth of its training step); fused, it is two passes.
 
 - :func:`arrival_sums`: when the true gradient G_j arrives, the inner products
-  that score the forecast made for step j and feed AESP's confidence regression.
-- :func:`aesp_step`: AESP's forecast and curvature update for one arrival (see
-  :class:`minips.distributed.algorithms.predictors.AdaptivePredictor`, whose NumPy
-  methods are the readable version of the same steps)::
+  that score the forecast made for step j and feed AESP's confidence regression (step 3).
+- :func:`aesp_step`: AESP's steps 2 and 1 for one arrival, in that order, in one
+  pass (the rule and why this order: :meth:`AdaptivePredictor.forecast
+  <minips.distributed.algorithms.predictors.AdaptivePredictor.forecast>`)::
 
-      c = h * (w_now - w_then)                    correction, with h from BEFORE G
-      F = G + lambda * c                          forecast
-      dG = G - G_prev;  dw = w_then - w_prev      secant between consecutive arrivals
+      c = h * (w_now - w_then)                    2. correction, with h from BEFORE G
+      F = G + lambda * c                             forecast
+      dG = G - G_prev;  dw = w_then - w_prev      1. secant between consecutive arrivals
       Sgw = rho Sgw + (1-rho) dG dw;  Sww = rho Sww + (1-rho) dw dw
       h = clip(Sgw / (Sww + eps), 0, h_max)
       G_prev = G;  w_prev = w_then
@@ -95,10 +95,10 @@ def _aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_m
     one_minus_rho = np.float32(1) - rho
     zero = np.float32(0)
     for i in range(G.size):
-        ci = h[i] * (w_now[i] - w_then[i])      # correction, with h from before G
+        ci = h[i] * (w_now[i] - w_then[i])      # step 2: correction, with h from before G
         c[i] = ci
         F[i] = G[i] + lam * ci
-        dG = G[i] - G_prev[i]
+        dG = G[i] - G_prev[i]                   # step 1: fold G into the curvature
         dw = w_then[i] - w_prev[i]
         Sgw[i] = rho * Sgw[i] + one_minus_rho * dG * dw
         Sww[i] = rho * Sww[i] + one_minus_rho * dw * dw
@@ -109,7 +109,7 @@ def _aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_m
 
 def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam: float, rho: float, eps: float,
               h_max: float):
-    """AESP forecast and curvature update for one arrival, in one pass.
+    """AESP's forecast (step 2) and then curvature update (step 1) for one arrival, in one pass.
 
     Args:
         G, w_now, w_then: float32 (n,): the arrived G_{t-k}, the current weights

@@ -285,10 +285,11 @@ def arrival_sums(G, G_naive, F, c=None):
 
 
 def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_max):
-    """Twin of :func:`minips.kernels.predict.aesp_step` (state arrays updated in place)."""
-    c = h * (w_now - w_then)                      # correction with the curvature before G
+    """Twin of :func:`minips.kernels.predict.aesp_step` (state arrays updated in place);
+    also ``AdaptivePredictor(fused=False)``'s path."""
+    c = h * (w_now - w_then)                      # step 2: correction, with the curvature before G
     F = G + np.float32(lam) * c
-    dG, dw = G - G_prev, w_then - w_prev
+    dG, dw = G - G_prev, w_then - w_prev          # step 1: fold G into the curvature
     Sgw[...] = rho * Sgw + (1 - rho) * dG * dw
     Sww[...] = rho * Sww + (1 - rho) * dw * dw
     h[...] = np.clip(Sgw / (Sww + eps), 0, h_max)

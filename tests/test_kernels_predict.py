@@ -52,6 +52,7 @@ def test_aesp_step_checks_inputs():
 
 
 def test_fused_adaptive_equals_numpy_path():
+    """fused=False runs steps 2 and 1 with the twin reference.aesp_step."""
     rng = np.random.default_rng(3)
     a = make_predictor("adaptive", 2)
     b = make_predictor("adaptive", 2, fused=False)

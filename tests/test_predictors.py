@@ -105,3 +105,74 @@ def test_bad_predictor_options():
         make_predictor("ema", 1, alpha=0.0)
     with pytest.raises(ValueError, match="staleness must be >= 1"):
         make_predictor("last", 0)
+
+
+# --- AESP regression oracle ----------------------------------------------------------
+# tests/fixtures/aesp_before_refactor.npz holds what AdaptivePredictor produced at commit
+# 528db07, before its rule was gathered into AdaptivePredictor.forecast: every forecast,
+# lambda and diagnostic of a fixed sequence of (G_{t-k}, w_t, w_{t-k}), and the
+# state_dict halfway and at the end. The refactor promised bit-identical results, so the
+# comparison is on the bytes. It was written by
+#     python -c "import tests.test_predictors as t; t.write_aesp_fixture()"
+# (numpy 2.4.6, numba 0.68.1). If it fails after a NumPy/Numba upgrade but not after a
+# change to the predictor, look at h_mean first (a float32 np.mean).
+AESP_FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "aesp_before_refactor.npz"
+AESP_CASES = {f"k{k}_{tag}{'' if fused else '_numpy'}": (k, dict(opts, fused=fused))
+              for k in (1, 2) for fused in (True, False)
+              for tag, opts in (("adapt", {}), ("adapt_l1_h50", {"lambda0": 1.0, "h_max": 50.0}),
+                                ("fixed_l1", {"adapt_lambda": False, "lambda0": 1.0}))}
+AESP_DIAGNOSTICS = ("lambda", "h_mean", "cos_forecast", "rel_error")
+
+
+def _aesp_sequence(k, n=24, steps=32, seed=7):
+    """A noisy diagonal quadratic along a fixed random walk: the calls (G_{t-k}, w_t, w_{t-k})
+    for t = k..steps-1, independent of the forecasts (so the oracle needs no predictor)."""
+    r = np.random.default_rng(seed)
+    H = r.uniform(0.1, 5.0, n).astype(np.float32)
+    w = np.cumsum(0.05 * r.standard_normal((steps, n)), axis=0).astype(np.float32)
+    G = (H * w + 0.05 * r.standard_normal((steps, n))).astype(np.float32)
+    return [(G[t - k], w[t], w[t - k]) for t in range(k, steps)]
+
+
+def _aesp_outputs(k, options):
+    """Flat dict of arrays: forecasts, lambda, diagnostics (NaN where absent), state_dicts."""
+    pred = make_predictor("adaptive", k, **options)
+    calls = _aesp_sequence(k)
+    F, diag, out = [], [], {}
+    for i, (G, w_now, w_then) in enumerate(calls):
+        F.append(pred.predict(G, w_now, w_then))
+        diag.append([float(pred.diagnostics.get(name, np.nan)) for name in AESP_DIAGNOSTICS])
+        if i in (len(calls) // 2, len(calls) - 1):
+            tag = "mid" if i < len(calls) - 1 else "end"
+            state = pred.state_dict()
+            out[f"state_{tag}_keys"] = np.array(sorted(state))
+            for key, v in state.items():
+                if isinstance(v, list):
+                    v = np.stack(v) if v else np.zeros((0,), np.float32)
+                out[f"state_{tag}/{key}"] = np.asarray(v, np.float64 if isinstance(v, float) else None)
+    out["F"], out["diagnostics"] = np.stack(F), np.array(diag, np.float64)
+    return out
+
+
+def write_aesp_fixture():
+    AESP_FIXTURE.parent.mkdir(exist_ok=True)
+    arrays = {f"{case}/{key}": v for case, (k, opts) in AESP_CASES.items()
+              for key, v in _aesp_outputs(k, opts).items()}
+    np.savez_compressed(AESP_FIXTURE, **arrays)
+
+
+@pytest.mark.parametrize("case", list(AESP_CASES))
+def test_adaptive_bit_identical_to_before_refactor(case):
+    k, opts = AESP_CASES[case]
+    got = _aesp_outputs(k, opts)
+    with np.load(AESP_FIXTURE) as fx:
+        want = {key[len(case) + 1:]: fx[key] for key in fx.files if key.startswith(case + "/")}
+    assert sorted(got) == sorted(want)
+    for key, w in want.items():
+        g = got[key]
+        assert g.dtype == w.dtype and g.shape == w.shape, key
+        if g.dtype.kind in "fiu":
+            diff = np.nanmax(np.abs(g - w)) if g.size else 0.0
+            assert g.tobytes() == w.tobytes(), f"{case}: {key} differs (max |diff| {diff})"
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"{case}: {key}")

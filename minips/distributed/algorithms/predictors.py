@@ -31,6 +31,7 @@ from collections import deque
 import numpy as np
 
 from ...kernels import predict as kpredict
+from ...kernels import reference as kreference
 
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
            "AdaptivePredictor", "PREDICTORS", "make_predictor"]
@@ -237,23 +238,11 @@ class AdaptivePredictor(Predictor):
 
         F_t = G_{t-k} + lambda_t * h * (w_t - w_{t-k})
 
-    1. Curvature ``h`` (diagonal), an exponentially smoothed secant between
-       consecutive arrivals (j' = j-1 < j)::
-
-           dG = G_j - G_j',  dw = w_j - w_j'
-           Sgw = rho * Sgw + (1-rho) * dG * dw
-           Sww = rho * Sww + (1-rho) * dw * dw
-           h = clip(Sgw / (Sww + eps), 0, h_max)
-
-    2. Confidence ``lambda_t`` in [0, 1]: when G_j arrives, regress what the naive
-       forecast missed, ``a_j = G_j - G_{j-k}``, on the correction that was applied
-       for step j, ``c_j = h * (w_j - w_{j-k})`` (with the curvature from *before*
-       G_j arrived: recomputing it with G_j would correlate the noise of G_j
-       with both sides and bias lambda to 0)::
-
-           num = rho_l * num + (1-rho_l) * <a_j, c_j>
-           den = rho_l * den + (1-rho_l) * <c_j, c_j>
-           lambda = clip(num / den, 0, 1)
+    The curvature ``h`` is an exponential smoothing of secants of the gradient
+    history; the confidence ``lambda_t`` in [0, 1] is a smoothed regression of
+    how much of the gradient's change past corrections explained. The whole
+    rule, steps 1-3 numbered as in the design spec and docs/distributed.md, is
+    :meth:`forecast` with :meth:`_update_confidence` (step 3) right below it.
 
     Args:
         rho: smoothing of the curvature statistics (default 0.9).
@@ -261,14 +250,17 @@ class AdaptivePredictor(Predictor):
         h_max: upper clip of the curvature (default 10).
         lambda0: initial confidence (default 0: behave like ``last`` until the
             regression has evidence that the corrections help).
-        Defaults from the tuning sweep in docs/results.md (section 4.3): with
-        lambda0 = 1 and h_max = 50, the corrections made from the first few,
-        noisy secants collapsed a ConvNet on full Fashion-MNIST.
         eps: guards the division in h (default 1e-12).
         adapt_lambda: if False, lambda stays at lambda0 (an ablation).
-        fused: do steps 1-2 in one pass with the Numba kernel
-            :func:`minips.kernels.predict.aesp_step` (default); False runs the
-            NumPy expressions below, which read like the formulas above.
+        fused: steps 1-2 with the Numba kernel
+            :func:`minips.kernels.predict.aesp_step` (default); False runs its
+            plain-NumPy twin :func:`minips.kernels.reference.aesp_step` (same
+            result to float32 rounding).
+
+    The defaults h_max = 10 and lambda0 = 0 come from the tuning sweep in
+    docs/results.md (section 4.3): with the first spec's lambda0 = 1 and
+    h_max = 50, the corrections made from the first few, noisy secants
+    collapsed a ConvNet on full Fashion-MNIST.
 
     Diagnostics: ``lambda``, ``h_mean``, plus ``cos_forecast`` and ``rel_error``.
     This is our formulation of the seed paper's predictor (Wen et al., IJPP
@@ -291,55 +283,62 @@ class AdaptivePredictor(Predictor):
         self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps
         self.adapt_lambda, self.fused = adapt_lambda, fused
         self.lambda0 = self.lam = float(lambda0)
-        self.num = self.den = 0.0
-        self.Sgw = self.Sww = self.h = None
-        self.G_prev = self.w_prev = None  # the previous arrival, for the secant
+        self.num = self.den = 0.0               # step 3's smoothed <a, c> and <c, c>
+        self.Sgw = self.Sww = self.h = None     # step 1's smoothed secant sums and curvature
+        self.G_prev = self.w_prev = None        # the previous arrival, for the secant
+
+    def forecast(self, G, w_now, w_then):
+        """AESP for the arrival ``G`` = G_{t-k}, computed at ``w_then`` = w_{t-k}::
+
+            1. curvature, per coordinate, a secant between consecutive arrivals
+               j' < j, exponentially smoothed:
+                   dG = G_j - G_j',  dw = w_j - w_j'
+                   Sgw = rho Sgw + (1-rho) dG dw,   Sww = rho Sww + (1-rho) dw dw
+                   h = clip(Sgw / (Sww + eps), 0, h_max)
+            2. forecast:  c_t = h (w_t - w_{t-k}),   F_t = G_{t-k} + lambda_t c_t
+            3. confidence, when G_j arrives k steps after its forecast: regress
+               a_j = G_j - G_{j-k} on c_j (:meth:`_update_confidence`).
+
+        They run in the order 3, 2, 1: lambda_t already holds the evidence of
+        this arrival, and c_t uses the curvature from *before* it.
+        """
+        # Step 3 for this arrival has run: Predictor.predict scored G against the forecast
+        # made for its step and on_arrival() passed <a, c> and <c, c> to _update_confidence.
+        if self.G_prev is None:
+            # First arrival: no secant yet, so h = 0 and the forecast is the naive F = G.
+            self.Sgw, self.Sww, self.h = np.zeros_like(G), np.zeros_like(G), np.zeros_like(G)
+            self.G_prev, self.w_prev = G.copy(), w_then.copy()
+            F, c = G.copy(), np.zeros_like(G)
+        else:
+            # Step 2 with the curvature from before G, then step 1 folds G into Sgw, Sww, h
+            # (and G_prev, w_prev), in place, in one pass over the coordinates. Not the other
+            # way round: an h that holds G's minibatch noise puts it into c_t, and
+            # a_t = G_t - G_{t-k} holds it with the opposite sign, so step 3's <a, c> is biased
+            # negative and lambda collapses (docs/distributed.md, "A correction to the spec").
+            step = kpredict.aesp_step if self.fused else kreference.aesp_step
+            F, c = step(G, w_now, w_then, self.G_prev, self.w_prev, self.Sgw, self.Sww, self.h,
+                        self.lam, self.rho, self.eps, self.h_max)
+        self.last_correction = c  # predict() keeps c_t with F_t; step 3 scores it when G_t arrives
+        self.diagnostics.update({"lambda": self.lam, "h_mean": float(self.h.mean())})
+        return F
 
     def on_arrival(self, sums):
-        # sums["ac"] = <a_j, c_j> with a_j = G_j - G_{j-k}; sums["cc"] = <c_j, c_j>
+        # The arrival of G_j: sums["ac"] = <G_j - G_{j-k}, c_j>, sums["cc"] = <c_j, c_j>.
         self._update_confidence(sums["ac"], sums["cc"])
 
-    # Step 3 of the docstring: the confidence regression, at the arrival of G_j.
     def _update_confidence(self, ac, cc):
+        """Step 3: exponentially smoothed least squares of a_j on c_j; the slope,
+        clipped to [0, 1], is the confidence (1: corrections explain the change,
+        0: they are noise, and AESP falls back to ``last``)."""
         self.num = self.rho_l * self.num + (1 - self.rho_l) * ac
         self.den = self.rho_l * self.den + (1 - self.rho_l) * cc
         if self.adapt_lambda and self.den > 0:
             self.lam = float(np.clip(self.num / self.den, 0.0, 1.0))
 
-    # Step 1: the secant curvature between consecutive arrivals.
-    def _update_curvature(self, G, w_then):
-        dG, dw = G - self.G_prev, w_then - self.w_prev
-        # Sgw = rho Sgw + (1-rho) dG*dw ;  Sww = rho Sww + (1-rho) dw*dw
-        self.Sgw = self.rho * self.Sgw + (1 - self.rho) * dG * dw
-        self.Sww = self.rho * self.Sww + (1 - self.rho) * dw * dw
-        self.h = np.clip(self.Sgw / (self.Sww + self.eps), 0.0, self.h_max).astype(np.float32)
-        self.G_prev, self.w_prev = G.copy(), w_then.copy()
-
-    def forecast(self, G, w_now, w_then):
-        if self.G_prev is None:  # first arrival: no secant yet, h = 0, F = G
-            self.Sgw, self.Sww, self.h = np.zeros_like(G), np.zeros_like(G), np.zeros_like(G)
-            self.G_prev, self.w_prev = G.copy(), w_then.copy()
-            self.last_correction = np.zeros_like(G)
-            F = G.copy()
-        elif self.fused:  # the same steps in one pass (kernels/predict.py)
-            F, self.last_correction = kpredict.aesp_step(
-                G, w_now, w_then, self.G_prev, self.w_prev, self.Sgw, self.Sww, self.h,
-                self.lam, self.rho, self.eps, self.h_max)
-        else:
-            # Step 2: the forecast, with the curvature from before G arrived (so
-            # the correction shares no minibatch noise with G; see step 3) ...
-            c = self.h * (w_now - w_then)
-            F = G + np.float32(self.lam) * c
-            self.last_correction = c
-            # ... and only then fold G into the curvature.
-            self._update_curvature(G, w_then)
-        self.diagnostics.update({"lambda": self.lam, "h_mean": float(self.h.mean())})
-        return F
-
     _ARRAYS = ("Sgw", "Sww", "h", "G_prev", "w_prev")
 
     def state_dict(self):
-        # Copies: the fused kernel updates these arrays in place every step.
+        # Copies: aesp_step (either path) updates these arrays in place every step.
         arrays = {k: None if getattr(self, k) is None else getattr(self, k).copy() for k in self._ARRAYS}
         return {**super().state_dict(), "lam": self.lam, "num": self.num, "den": self.den, **arrays}
 
