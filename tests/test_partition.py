@@ -236,6 +236,18 @@ def test_iid_needs_no_labels_and_checks_given_ones():
     DistributedSampler(100, 0, 2, partition="iid")
     with pytest.raises(ValueError, match="99 labels for 100 samples"):
         DistributedSampler(100, 0, 2, labels=np.zeros(99, int))
+    # caption targets (n, T) have no single label: iid takes them and counts no classes
+    s = DistributedSampler(100, 0, 2, labels=np.zeros((100, 7), np.int64))
+    assert s.describe()["class_counts"] is None and len(s.indices()) == 50
+
+
+def test_partition_validates_on_construction():
+    assert str(Partition("by-class", 3)) == "by-class:3" and str(Partition("dirichlet", 0.5)) == "dirichlet:0.5"
+    for kind, parameter, message in [("by-class", 0, "N must be"), ("by-class", 2.0, "N must be"),
+                                     ("dirichlet", 0.0, "ALPHA must be"), ("iid", 3, "unknown partition"),
+                                     ("magic", None, "unknown partition 'magic'")]:
+        with pytest.raises(ValueError, match=message):
+            Partition(kind, parameter)
 
 
 # --- describe() ----------------------------------------------------------------------------

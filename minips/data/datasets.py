@@ -69,7 +69,7 @@ class UnknownDataError(FileNotFoundError):
         self.template, self.names = template, sorted(set(names))
         super().__init__(template.replace("{names}", ", ".join(self.names)))
 
-    def with_names(self, more) -> "UnknownDataError":
+    def with_names(self, more) -> UnknownDataError:
         """The same error listing ``more`` names too (the tasks layer adds its own)."""
         return UnknownDataError(self.template, set(self.names) | set(more))
 

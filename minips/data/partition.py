@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Partition", "parse_partition", "partition_indices", "check_labels", "PARTITION_FORMS"]
+__all__ = ["PARTITION_FORMS", "Partition", "check_labels", "parse_partition", "partition_indices"]
 
 #: The valid spec forms, quoted in every parse error.
 PARTITION_FORMS = "iid, by-class:N (N classes per rank) or dirichlet:ALPHA (ALPHA > 0)"
@@ -42,7 +42,7 @@ _PARTITION_STREAM = 0x9A27_1710
 
 @dataclass(frozen=True)
 class Partition:
-    """A parsed partition spec.
+    """A partition spec, validated on construction.
 
     Attributes:
         kind: ``"iid"``, ``"by-class"`` or ``"dirichlet"``.
@@ -50,9 +50,17 @@ class Partition:
             for dirichlet.
 
     ``str(p)`` gives the spec back (``"by-class:2"``, ``"dirichlet:0.5"``).
+
+    Raises:
+        ValueError: (one line, naming the valid forms) unknown kind, N not a
+            whole number >= 1, or ALPHA not a finite number > 0.
     """
     kind: str
     parameter: int | float | None = None
+
+    def __post_init__(self):
+        shown = self.kind if self.parameter is None else f"{self.kind}:{self.parameter}"
+        _validate(self.kind, self.parameter, shown)
 
     def __str__(self) -> str:
         if self.kind == "iid":
@@ -77,8 +85,8 @@ def parse_partition(text: str | Partition) -> Partition:
         The :class:`Partition`.
 
     Raises:
-        ValueError: (one line, naming the valid forms) unknown kind, missing or
-            malformed parameter, N < 1, or ALPHA <= 0 (or not finite).
+        ValueError: (one line, naming the valid forms, quoting ``text``) unknown
+            kind, missing or malformed parameter, N < 1, or ALPHA <= 0 (or not finite).
     """
     if isinstance(text, Partition):
         return text
@@ -87,24 +95,37 @@ def parse_partition(text: str | Partition) -> Partition:
     if kind == "iid" and not sep:
         return Partition("iid")
     if kind == "by-class" and sep:
-        try:
-            n = int(arg)
-        except ValueError:
-            n = 0
-        if n < 1 or str(n) != arg.strip():
-            raise ValueError(f"partition {text!r}: N must be a whole number >= 1 (classes per rank), "
-                             f"e.g. by-class:2; use {PARTITION_FORMS}")
+        # a whole number written plainly ("2", not "2.0" or "+2"); anything else reads as N = 0
+        n = int(arg) if arg.strip().isdigit() else 0
+        _validate("by-class", n, str(text))
         return Partition("by-class", n)
     if kind == "dirichlet" and sep:
         try:
             alpha = float(arg)
         except ValueError:
             alpha = float("nan")
-        if not (np.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"partition {text!r}: ALPHA must be a number > 0 (small = skewed, "
-                             f"large = close to iid), e.g. dirichlet:0.5; use {PARTITION_FORMS}")
+        _validate("dirichlet", alpha, str(text))
         return Partition("dirichlet", alpha)
     raise ValueError(f"unknown partition {text!r}; use {PARTITION_FORMS}")
+
+
+def _validate(kind: str, parameter, shown: str) -> None:
+    """Raise the one-line ValueError of an invalid (kind, parameter), quoting ``shown``."""
+    if kind == "iid" and parameter is None:
+        return
+    if kind == "by-class":
+        n = parameter
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"partition {shown!r}: N must be a whole number >= 1 (classes per rank), "
+                             f"e.g. by-class:2; use {PARTITION_FORMS}")
+        return
+    if kind == "dirichlet":
+        a = parameter
+        if isinstance(a, bool) or not isinstance(a, (int, float, np.number)) or not (np.isfinite(a) and a > 0):
+            raise ValueError(f"partition {shown!r}: ALPHA must be a number > 0 (small = skewed, large = "
+                             f"close to iid), e.g. dirichlet:0.5; use {PARTITION_FORMS}")
+        return
+    raise ValueError(f"unknown partition {shown!r}; use {PARTITION_FORMS}")
 
 
 def check_labels(labels, n: int | None, partition: Partition) -> np.ndarray:

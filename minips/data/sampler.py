@@ -41,7 +41,9 @@ class DistributedSampler:
         partition: a spec string (``"iid"``, ``"by-class:N"``, ``"dirichlet:ALPHA"``)
             or a :class:`~minips.data.partition.Partition`.
         labels: int array (n,), the class of each sample; required by non-iid
-            partitions, optional for iid (then only used by :meth:`describe`).
+            partitions. Optional for iid, where they only feed :meth:`describe`
+            (targets that are not 1-D, e.g. captions (n, T), are ignored there),
+            so the trainer may pass its targets whatever the partition.
 
     Raises:
         ValueError: rank out of range, fewer samples than ranks, a bad partition
@@ -61,7 +63,11 @@ class DistributedSampler:
         self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
         self.partition = parse_partition(partition)
         self.labels = None
-        if labels is not None or not self.partition.is_iid:
+        if not self.partition.is_iid:
+            self.labels = check_labels(labels, n, self.partition)
+        elif labels is not None and np.ndim(labels) == 1:
+            # iid only reports class counts from labels, so targets with no single
+            # label per sample (captions) are simply not counted
             self.labels = check_labels(labels, n, self.partition)
         self.shard = None if self.partition.is_iid else self._own_shard()
 
@@ -123,4 +129,4 @@ class DistributedSampler:
             values, freq = np.unique(self.labels[pool], return_counts=True)
             counts = {str(int(v)): int(c) for v, c in zip(values, freq)}
         return {"partition": str(self.partition), "rank": self.rank, "world_size": self.world_size,
-                "samples_per_epoch": len(self), "shard_size": int(len(pool)), "class_counts": counts}
+                "samples_per_epoch": len(self), "shard_size": len(pool), "class_counts": counts}
