@@ -72,13 +72,17 @@ def make_task(data: str):
     """The task for data set ``data`` (a name or an .h5 path).
 
     Raises:
-        FileNotFoundError: see :func:`minips.data.resolve_h5`.
+        FileNotFoundError: see :func:`minips.data.resolve_h5`; for an unknown
+            name or missing .h5 path the message lists every ``--data`` name.
     """
     _load_optional()
     if data in TASKS:
         return TASKS[data](data)
-    from .data import load_image_dataset
-    return ClassificationTask(load_image_dataset(data))
+    from .data import UnknownDataError, load_image_dataset
+    try:
+        return ClassificationTask(load_image_dataset(data))
+    except UnknownDataError as e:  # the data layer lists only image sets; add the tasks' names
+        raise e.with_names(TASKS) from None
 
 
 def task_names() -> list[str]:

@@ -125,10 +125,23 @@ def test_unknown_dataset_message():
         resolve_h5("mnist")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_h5("/nonexistent/x.h5")
-    # the captioner's data set is a valid --data name too, so it is listed
+    # the captioner's data set is a valid --data name too, so the tasks layer
+    # (which knows every name; the data layer imports no tasks) lists it
+    from minips.tasks import make_task
     with pytest.raises(FileNotFoundError, match="unknown data set 'mnist'; known: fashion-mnist, "
                                                 "fashion-mnist-mini, moving-fmnist-captions, or a path"):
-        resolve_h5("mnist")
+        make_task("mnist")
+    with pytest.raises(FileNotFoundError, match="does not exist.*moving-fmnist-captions"):
+        make_task("/nonexistent/x.h5")
+
+
+def test_data_layer_imports_no_tasks():
+    """minips.data sits below the tasks layer: importing it must not load tasks."""
+    import subprocess
+    import sys
+    code = "import sys, minips.data; print(sorted(m for m in sys.modules if m.startswith('minips.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "minips.tasks" not in out and "minips.captioning" not in out, out
 
 
 def test_missing_data_file_lists_each_directory_once(tmp_path, monkeypatch):

@@ -3,7 +3,9 @@
 Names: ``fashion-mnist-mini`` (committed, ``data/fashion-mnist-mini.h5``),
 ``fashion-mnist`` (built by ``python -m minips data fashion-mnist``, see
 ``data/README.md``), or a path to an ``.h5`` file with the same layout.
-Other tasks register their own names in :data:`DATASETS`.
+The data layer knows only these image sets; the tasks layer
+(:func:`minips.tasks.make_task`), which knows every ``--data`` name, completes
+the name list of an :class:`UnknownDataError` (see :meth:`UnknownDataError.with_names`).
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "known_names", "resolve_h5", "DATASETS"]
+__all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "known_names", "resolve_h5", "DATASETS",
+           "UnknownDataError"]
 
 # name -> (file name, how to build it when missing)
 DATASETS = {
@@ -43,29 +46,53 @@ def data_dirs() -> list[Path]:
 
 
 def known_names() -> list[str]:
-    """Every data set name that ``--data`` accepts: the image sets of
-    :data:`DATASETS` and the names other tasks registered (e.g. the captioner's
-    ``moving-fmnist-captions``)."""
-    from ..tasks import task_names
-    return sorted(set(DATASETS) | set(task_names()))
+    """The image data set names of :data:`DATASETS`, sorted. Other ``--data``
+    names (e.g. the captioner's ``moving-fmnist-captions``) belong to tasks,
+    which this layer does not import; see :class:`UnknownDataError`."""
+    return sorted(DATASETS)
+
+
+class UnknownDataError(FileNotFoundError):
+    """An unknown data set name or a missing .h5 path; the message lists the
+    valid names.
+
+    Args:
+        template: the message, with ``{names}`` where the comma-separated names go
+            (replaced literally, not by ``str.format``: a path may hold braces).
+        names: the valid names known where the error was raised.
+
+    Attributes:
+        template, names (sorted list of str).
+    """
+
+    def __init__(self, template: str, names=()):
+        self.template, self.names = template, sorted(set(names))
+        super().__init__(template.replace("{names}", ", ".join(self.names)))
+
+    def with_names(self, more) -> UnknownDataError:
+        """The same error listing ``more`` names too (the tasks layer adds its own)."""
+        return UnknownDataError(self.template, set(self.names) | set(more))
 
 
 def resolve_h5(name_or_path: str) -> Path:
     """The HDF5 file for a data set name or path.
 
     Raises:
-        FileNotFoundError: unknown name or missing file; the message lists the
-            known names, where it looked, and how to build the file.
+        UnknownDataError: (a FileNotFoundError) unknown name or missing .h5
+            path; the message lists the image data set names.
+        FileNotFoundError: a known name whose file is missing; the message says
+            where it looked and how to build the file.
     """
+    # "{names}" stays a literal field (outside the f-strings) for UnknownDataError to fill
     p = Path(name_or_path)
     if p.suffix in (".h5", ".hdf5"):
         if not p.exists():
-            raise FileNotFoundError(f"data file {p} does not exist; give an existing .h5 file or one of "
-                                    f"the names {', '.join(known_names())}")
+            raise UnknownDataError(f"data file {p} does not exist; give an existing .h5 file or one of "
+                                   "the names {names}", known_names())
         return p
     if name_or_path not in DATASETS:
-        raise FileNotFoundError(f"unknown data set {name_or_path!r}; known: {', '.join(known_names())}, "
-                                "or a path to an .h5 file")
+        raise UnknownDataError(f"unknown data set {name_or_path!r}; known: "
+                               "{names}, or a path to an .h5 file", known_names())
     fname, how = DATASETS[name_or_path]
     for d in data_dirs():
         if (d / fname).exists():
