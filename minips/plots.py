@@ -7,7 +7,6 @@ predictor diagnostics (lambda, forecast cosine) from ``trace.csv``.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .cli import subcommand

@@ -99,15 +99,11 @@ class Trainer:
         mrandom.seed(cfg.seed * 100003 + 7919 * comm.rank + 1)
 
     def _sampler(self, DistributedSampler, n: int, y):
-        """This rank's sampler for ``--partition`` (labels are given when the
-        targets are one class per sample)."""
+        """This rank's sampler for ``--partition`` (the targets are the labels
+        of non-iid partitions; iid ignores them)."""
         cfg, comm = self.cfg, self.comm
-        if cfg.partition == "iid":
-            return DistributedSampler(n, comm.rank, comm.size, seed=cfg.seed)
-        labels = np.asarray(y) if np.ndim(y) == 1 else None
         try:
-            return DistributedSampler(n, comm.rank, comm.size, seed=cfg.seed, partition=cfg.partition,
-                                      labels=labels)
+            return DistributedSampler(n, comm.rank, comm.size, seed=cfg.seed, partition=cfg.partition, labels=y)
         except ValueError as e:
             raise ConfigError(f"--partition {cfg.partition}: {e}") from None
 
