@@ -1,0 +1,62 @@
+"""A toy algorithm written as a user would add one: this file and one table row.
+
+``toy-drift``: every rank steps with its own local gradient (no communication),
+and every ``period`` steps the ranks average their weights (one blocking
+allreduce). Between averages the ranks hold different weights, so it is not
+replicated: the Trainer must log the consensus distance, evaluate the averaged
+model and checkpoint every rank. (This is periodic model averaging, i.e.
+local SGD; here it only serves the plug-in tests.) It also exercises the
+other hooks: ``lr-scale`` (adjust_lr), ``micro`` (micro_batches) and
+``rank0-batch`` (batch_size on rank 0).
+
+The tests register it with ``monkeypatch.setitem(ALGORITHMS, "toy-drift", ToyDrift)``
+in-process, or through ``tests/toy_launch.py`` in an ``mpiexec`` job.
+"""
+from dataclasses import dataclass, field
+
+from minips.distributed.algorithms.base import Algorithm
+
+
+class ToyDrift(Algorithm):
+    """Local steps; average the weights every ``period`` steps."""
+
+    name = "toy-drift"
+    family = "model averaging"
+    paper = "a test fixture (periodic model averaging)"
+
+    @dataclass
+    class Options:
+        period: int = field(default=3, metadata={"help": "steps between weight averages", "unit": "steps"})
+        lr_scale: float = field(default=1.0, metadata={"help": "multiplies the schedule's learning rate"})
+        micro: int = field(default=1, metadata={"help": "micro-batches per step"})
+        rank0_batch: int = field(default=0, metadata={"help": "rank 0's batch size (0 = as configured)"})
+
+        def validate(self):
+            if self.period < 1:
+                raise ValueError(f"period must be >= 1, got {self.period}")
+
+    @classmethod
+    def keeps_replicas(cls, options) -> bool:
+        return False  # between averages the ranks hold different weights
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0):
+        """Compute every step, one weight allreduce every ``period`` steps."""
+        return profile.compute + net.allreduce_time(profile.grad_bytes, P) / options.period
+
+    def adjust_lr(self, lr):
+        return lr * self.options.lr_scale
+
+    def micro_batches(self):
+        return self.options.micro
+
+    def batch_size(self, base):
+        return self.options.rank0_batch if (self.comm.rank == 0 and self.options.rank0_batch) else base
+
+    def step(self):
+        self.apply_update(self.flat.grads[0])          # a local step with the local gradient
+        if (self.step_count + 1) % self.options.period == 0:
+            with self.timer.phase("average"):          # a phase name of its own
+                self.comm.allreduce(self.flat.weights)
+                self.average(self.flat.weights)
+        self.end_step()
