@@ -54,7 +54,7 @@ import numpy as np
 from . import costmodel
 from .costmodel import NetworkModel, parse_network
 
-__all__ = ["Comm", "Request", "NeighborGraph", "get_comm", "launched_by_mpi", "run_or_abort", "PROGRESS_MODES"]
+__all__ = ["PROGRESS_MODES", "Comm", "NeighborGraph", "Request", "get_comm", "launched_by_mpi", "run_or_abort"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",

@@ -41,9 +41,9 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["NetworkModel", "NETWORKS", "parse_network", "ring_allreduce_time", "ring_allgatherv_time",
-           "neighbor_exchange_time", "message_time", "binomial_bcast_time", "ring_allreduce_bytes_sent",
-           "ring_allgatherv_bytes_sent", "binomial_bcast_bytes_sent", "Fit", "fit_ring_allreduce"]
+__all__ = ["NETWORKS", "Fit", "NetworkModel", "binomial_bcast_bytes_sent", "binomial_bcast_time", "fit_ring_allreduce",
+           "message_time", "neighbor_exchange_time", "parse_network", "ring_allgatherv_bytes_sent",
+           "ring_allgatherv_time", "ring_allreduce_bytes_sent", "ring_allreduce_time"]
 
 
 def ring_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
