@@ -701,9 +701,8 @@ class Comm:
         """
         a, recv = self._p2p_bufs(send, recv, "sendrecv")
         dest, source = self._peer(dest, "dest"), self._peer(source, "source")
-        seconds, sent = self._message_model(a.nbytes, dest != self.rank or source != self.rank)
-        if dest == self.rank:
-            sent = 0
+        seconds, _ = self._message_model(a.nbytes, dest != self.rank or source != self.rank)
+        _, sent = self._message_model(a.nbytes, dest != self.rank)  # only what leaves this rank counts
 
         def call():
             if self.size == 1:
