@@ -9,6 +9,23 @@ Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA
 
     T_ring(n, P) = 2 (P-1) alpha + 2 (P-1)/P * n * beta      (+ reduction arithmetic, ignored)
 
+The other primitives of :mod:`minips.distributed.comm` have their own times
+(same paper for the collectives; one message is Hockney's model):
+
+- ring allgather(v) of blocks ``n_0..n_{P-1}`` bytes: ``P-1`` rounds in lock
+  step, each as long as its largest message, and every block is on the wire in
+  every round, so ``(P-1) (alpha + max_j n_j beta)`` (equal blocks ``n/P``:
+  ``(P-1) alpha + (P-1)/P n beta``, Thakur et al.'s ring allgather);
+- neighbour exchange on a graph: ``d (alpha + n beta)``, ``d`` = the larger of
+  the rank's remote in- and out-degree (one full-duplex port: sends go one
+  after another, receives too, the two directions overlap);
+- one message (send/recv, or a pairwise exchange on a full-duplex link):
+  ``alpha + n beta``;
+- broadcast by binomial tree: ``ceil(log2 P) (alpha + n beta)``.
+
+Bytes *sent* by one rank under the same models (what ``Comm.bytes_sent``
+counts) are given by the ``*_bytes_sent`` functions below.
+
 Interconnect presets are nominal figures, not measurements: the bandwidth is
 the link's signalling rate (IEEE 802.3 for Ethernet; the InfiniBand Trade
 Association roadmap for FDR/EDR/HDR: 4x lanes at 14.0625 / 25.78125 / 53.125
@@ -24,7 +41,9 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["NetworkModel", "NETWORKS", "parse_network", "ring_allreduce_time", "Fit", "fit_ring_allreduce"]
+__all__ = ["NETWORKS", "Fit", "NetworkModel", "binomial_bcast_bytes_sent", "binomial_bcast_time", "fit_ring_allreduce",
+           "message_time", "neighbor_exchange_time", "parse_network", "ring_allgatherv_bytes_sent",
+           "ring_allgatherv_time", "ring_allreduce_bytes_sent", "ring_allreduce_time"]
 
 
 def ring_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
@@ -48,6 +67,100 @@ def check_allreduce_args(nbytes: float, P: int, alpha: float, beta: float) -> No
         raise ValueError("nbytes, alpha and beta must be >= 0")
 
 
+def _check_link(alpha: float, beta: float, *sizes: float) -> None:
+    if alpha < 0 or beta < 0 or any(n < 0 for n in sizes):
+        raise ValueError("sizes (bytes), alpha and beta must be >= 0")
+
+
+def ring_allgatherv_time(block_bytes, alpha: float, beta: float) -> float:
+    """Seconds for a ring allgather(v) where rank j contributes ``block_bytes[j]``
+    bytes (one entry per rank, so P = ``len(block_bytes)``; 0 for P = 1).
+
+    ``P-1`` rounds in lock step; in each round every block is forwarded by some
+    rank, so each round lasts as long as the largest block:
+    ``(P-1) (alpha + max_j n_j beta)``. Equal blocks of ``n/P`` give Thakur,
+    Rabenseifner & Gropp's (2005) ring allgather ``(P-1) alpha + (P-1)/P n beta``.
+
+    Raises:
+        ValueError: no blocks, or a negative size/parameter.
+    """
+    blocks = [float(b) for b in block_bytes]
+    if not blocks:
+        raise ValueError("ring_allgatherv_time needs one block size per rank (got none)")
+    _check_link(alpha, beta, *blocks)
+    P = len(blocks)
+    return 0.0 if P == 1 else (P - 1) * (alpha + max(blocks) * beta)
+
+
+def neighbor_exchange_time(nbytes: float, degree: int, alpha: float, beta: float) -> float:
+    """Seconds for a neighbour allgather of ``nbytes`` per message with ``degree``
+    remote neighbours: ``degree (alpha + nbytes beta)``.
+
+    ``degree`` is the larger of the rank's remote in- and out-degree (self-loops
+    are local copies): one full-duplex port sends its messages one after
+    another and receives likewise, the two directions overlapping.
+
+    Raises:
+        ValueError: negative degree, size or parameter.
+    """
+    _check_link(alpha, beta, nbytes, degree)
+    return degree * (alpha + nbytes * beta)
+
+
+def message_time(nbytes: float, alpha: float, beta: float) -> float:
+    """Seconds for one point-to-point message of ``nbytes``: ``alpha + nbytes beta``
+    (Hockney 1994). A pairwise exchange on a full-duplex link costs the same.
+
+    Raises:
+        ValueError: negative size or parameter.
+    """
+    _check_link(alpha, beta, nbytes)
+    return alpha + nbytes * beta
+
+
+def binomial_bcast_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
+    """Seconds for a binomial-tree broadcast of ``nbytes`` to ``P`` ranks:
+    ``ceil(log2 P) (alpha + nbytes beta)`` (Thakur, Rabenseifner & Gropp 2005;
+    0 for P = 1).
+
+    Raises:
+        ValueError: P < 1, or a negative size/parameter.
+    """
+    check_allreduce_args(nbytes, P, alpha, beta)
+    return math.ceil(math.log2(P)) * (alpha + nbytes * beta)
+
+
+def ring_allreduce_bytes_sent(nbytes: int, P: int) -> int:
+    """Bytes one rank sends in a ring allreduce of ``nbytes``: ``2 (P-1)/P n``,
+    rounded down to whole bytes (0 for P = 1)."""
+    return 2 * (P - 1) * int(nbytes) // P
+
+
+def ring_allgatherv_bytes_sent(block_bytes, rank: int) -> int:
+    """Bytes ``rank`` sends in a ring allgather(v) with blocks ``block_bytes``
+    (bytes, one per rank). Rank r sends to r+1 and receives from r-1; over the
+    P-1 rounds it forwards every block except the one of its successor r+1,
+    which is where the ring ends: ``sum(n) - n_{(r+1) mod P}`` (0 for P = 1).
+    Summed over ranks this is ``(P-1) sum(n)``: every block reaches P-1 ranks."""
+    blocks = [int(b) for b in block_bytes]
+    P = len(blocks)
+    return 0 if P == 1 else sum(blocks) - blocks[(rank + 1) % P]
+
+
+def binomial_bcast_bytes_sent(nbytes: int, P: int, rank: int, root: int = 0) -> int:
+    """Bytes ``rank`` sends in a binomial-tree broadcast of ``nbytes`` from
+    ``root`` (MPICH's tree): with ``v = (rank - root) mod P``, rank v sends to
+    ``v + m`` for every power of two ``m`` below v's lowest set bit (below P
+    for the root) with ``v + m < P``. The root sends ``ceil(log2 P)`` messages,
+    leaves none; summed over ranks: ``(P-1) n``."""
+    v = (rank - root) % P
+    low = v & -v if v else P  # lowest set bit of v; the root may use every m < P
+    children, m = 0, 1
+    while m < low and v + m < P:
+        children, m = children + 1, m * 2
+    return children * int(nbytes)
+
+
 @dataclass(frozen=True)
 class NetworkModel:
     """An interconnect as (alpha seconds, beta seconds per byte) plus a name."""
@@ -58,6 +171,24 @@ class NetworkModel:
     def allreduce_time(self, nbytes: float, P: int) -> float:
         """Ring-allreduce seconds for ``nbytes`` over ``P`` ranks."""
         return ring_allreduce_time(nbytes, P, self.alpha, self.beta)
+
+    def allgatherv_time(self, block_bytes) -> float:
+        """Ring-allgather(v) seconds for per-rank blocks of ``block_bytes`` bytes
+        (see :func:`ring_allgatherv_time`)."""
+        return ring_allgatherv_time(block_bytes, self.alpha, self.beta)
+
+    def neighbor_time(self, nbytes: float, degree: int) -> float:
+        """Neighbour-exchange seconds, ``degree (alpha + nbytes beta)``
+        (see :func:`neighbor_exchange_time`)."""
+        return neighbor_exchange_time(nbytes, degree, self.alpha, self.beta)
+
+    def message_time(self, nbytes: float) -> float:
+        """Seconds for one message of ``nbytes``, ``alpha + nbytes beta``."""
+        return message_time(nbytes, self.alpha, self.beta)
+
+    def bcast_time(self, nbytes: float, P: int) -> float:
+        """Binomial-tree broadcast seconds, ``ceil(log2 P) (alpha + nbytes beta)``."""
+        return binomial_bcast_time(nbytes, P, self.alpha, self.beta)
 
     @property
     def bandwidth_gbps(self) -> float:
