@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minips import captioning as C
-from minips.captioning import VOCAB, Vocab
-from minips.models import build_model
+from minips.data import moving_fmnist as C
+from minips.data.moving_fmnist import VOCAB, Vocab
+from minips.models import VideoCaptioner, build_model
 from minips.tasks import TASKS
+from minips.tasks.captioning import CaptioningTask, caption_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "data" / "fashion-mnist-mini.h5"
@@ -156,20 +157,20 @@ def test_hdf5_roundtrip_and_cache(tmp_path):
 # --- metrics -----------------------------------------------------------------------------------------
 def test_caption_metrics():
     refs = ["a bag moves up", "a sneaker moves left and a coat moves up"]
-    assert C.caption_metrics(refs, refs) == {"bleu": pytest.approx(100.0), "exact_match": 1.0}
+    assert caption_metrics(refs, refs) == {"bleu": pytest.approx(100.0), "exact_match": 1.0}
     hyps = ["a bag moves up", "a sneaker moves left and a bag moves up"]
-    m = C.caption_metrics(hyps, refs)
+    m = caption_metrics(hyps, refs)
     assert m["exact_match"] == 0.5
     # 12/13 unigrams, 9/11 bigrams, 6/9 trigrams, 4/7 4-grams match; same length.
     want = 100 * np.exp(np.mean(np.log([12 / 13, 9 / 11, 6 / 9, 4 / 7])))
     assert m["bleu"] == pytest.approx(want, rel=1e-6)
-    assert C.caption_metrics(["x"], ["a bag moves up"])["bleu"] == 0.0
+    assert caption_metrics(["x"], ["a bag moves up"])["bleu"] == 0.0
 
 
 # --- model ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def small_task():
-    return C.CaptioningTask(C.build_dataset(n_train=64, n_test=12, seed=0, frames=4))
+    return CaptioningTask(C.build_dataset(n_train=64, n_test=12, seed=0, frames=4))
 
 
 def test_model_loss_backward_and_decode(small_task):
@@ -188,7 +189,7 @@ def test_model_overfits_a_small_batch(small_task):
     from minips import random as mrandom
     from minips.optim import SGD
     mrandom.seed(0)
-    model = C.VideoCaptioner(len(VOCAB), frame_features=32, hidden=64, embed=16)  # small: a fast test
+    model = VideoCaptioner(len(VOCAB), frame_features=32, hidden=64, embed=16)  # small: a fast test
     batch = tuple(a[:16] for a in small_task.train_arrays)
     opt = SGD(model.parameters(), lr=0.3, momentum=0.9)
     first = None

@@ -7,8 +7,8 @@ import pytest
 
 from minips import random as mrandom
 from minips.gradcheck import gradcheck
-from minips.models import build_model
-from minips.nn import AvgPool2d, Conv2d, ConvNet, Flatten, MaxPool2d
+from minips.models import ConvNet, build_model
+from minips.nn import AvgPool2d, Conv2d, Flatten, MaxPool2d
 from minips.nn.conv import conv2d
 from minips.optim import SGD
 from minips.tensor import Tensor

@@ -315,7 +315,7 @@ def _w102():
 
 
 def _w91():
-    from minips.captioning import VOCAB
+    from minips.data.moving_fmnist import VOCAB
 
     def no_bos(text, length):
         ids = [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()] + [VOCAB.EOS]

@@ -25,7 +25,7 @@
 # - where the ConvNet's parameters are (this decides how many bytes MPI must move in steps 5-10).
 #
 # **Runs in**: one process, under a minute. **Files to read alongside**:
-# `minips/nn/module.py`, `minips/nn/layers.py`, `minips/nn/conv.py` (Conv2d, ConvNet),
+# `minips/nn/module.py`, `minips/nn/layers.py`, `minips/nn/conv.py` (Conv2d), `minips/models/convnet.py` (ConvNet),
 # `kernels/conv.py` (the kernels; installed as `minips.kernels.conv`),
 # `kernels/reference.py` (their NumPy twins: the readable specification), and
 # `docs/kernels.md` (the derivations of the backward passes, what made the kernels fast,
@@ -48,7 +48,8 @@ from minips.kernels import conv as kconv
 from minips.kernels import pool as kpool
 from minips.kernels import reference as ref
 from minips.kernels.threads import threads_per_rank
-from minips.nn.conv import ConvNet, conv2d
+from minips.models import ConvNet
+from minips.nn.conv import conv2d
 
 OUT = out_dir("02")
 rng = np.random.default_rng(0)
@@ -311,7 +312,7 @@ conv2d_im2col = exercise("2.1", conv2d_im2col)
 # %% [markdown]
 # ## Exercise 2.2: count the ConvNet's parameters
 #
-# Read `ConvNet.__init__` in `minips/nn/conv.py` and write the number of parameters as a
+# Read `ConvNet.__init__` in `minips/models/convnet.py` and write the number of parameters as a
 # formula of its arguments (two 3x3 convolutions with padding 1, each followed by a 2x2
 # max pooling; then Linear -> hidden, Linear -> classes; every layer has a bias). The
 # check compares it with `ConvNet(...).num_parameters()` for several settings.

@@ -25,7 +25,7 @@
 #
 # **Runs in**: one process, about 35 s on idle cores (the ConvNet epochs dominate).
 # **Files to read alongside**: `minips/data/datasets.py`, `minips/data/loader.py`,
-# `minips/data/sampler.py`, `minips/optim.py`, `minips/models.py`, `minips/train.py`
+# `minips/data/sampler.py`, `minips/optim.py`, `minips/models/`, `minips/train.py`
 # (`Trainer.run` and `Trainer._train_step`).
 
 # %%
@@ -80,7 +80,7 @@ print("                          first labels of epoch 1:", next(iter(loader))[1
 # %% [markdown]
 # ## 2. The training loop, by hand
 #
-# A model in minips has a `loss(batch)` method (`minips/models.py::Classifier.loss`: the
+# A model in minips has a `loss(batch)` method (`minips/models/classifier.py::Classifier.loss`: the
 # softmax cross-entropy of `model(x)` against the labels). One step of SGD:
 #
 # 1. `loss = model.loss(batch)`: the forward pass records the graph;

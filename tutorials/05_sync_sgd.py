@@ -264,7 +264,7 @@ def ring_allreduce_seconds(nbytes, P, alpha, beta):
 # %%
 ring_allreduce_seconds = exercise("5.2", ring_allreduce_seconds)
 from minips.distributed.costmodel import NETWORKS  # noqa: E402
-from minips.nn.conv import ConvNet  # noqa: E402
+from minips.models import ConvNet  # noqa: E402
 
 gradient_bytes = {"mlp": 4 * MLP(784, (256,), 10).num_parameters(), "convnet": 4 * ConvNet().num_parameters()}
 for s in summaries:

@@ -43,8 +43,7 @@ from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.sync import OverlapSyncSGD
 from minips.distributed.comm import get_comm
 from minips.distributed.flat import FlatParams
-from minips.models import MLP
-from minips.nn.conv import ConvNet
+from minips.models import MLP, ConvNet
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig
 

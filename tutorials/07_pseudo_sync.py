@@ -42,7 +42,7 @@ from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.pseudo_sync import PseudoSyncSGD
 from minips.distributed.comm import get_comm
 from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd
-from minips.nn.conv import ConvNet
+from minips.models import ConvNet
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig
 

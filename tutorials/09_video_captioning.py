@@ -27,7 +27,8 @@
 #   to provide `loss(batch)`.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/09_video_captioning.py`, about 45 s on idle cores.
-# **Files to read alongside**: `minips/captioning.py` (data, model, metrics),
+# **Files to read alongside**: `minips/data/moving_fmnist.py` (clips, captions, vocabulary),
+# `minips/models/captioner.py` (the model), `minips/tasks/captioning.py` (BLEU, evaluation),
 # `minips/nn/recurrent.py` (LSTM), `kernels/lstm.py`, `docs/lstm.md` (backpropagation
 # through time), `docs/captioning.md`.
 
@@ -40,15 +41,16 @@ import numpy as np
 import minips as mp
 from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
 
-from minips import captioning
+from minips.data import moving_fmnist
 from minips.gradcheck import gradcheck
+from minips.models import VideoCaptioner
 from minips.nn.recurrent import lstm
 from minips.train import Trainer, TrainConfig
 
 comm = mpi_setup()
 require_ranks(comm, 2, "09_video_captioning.py")
 OUT = out_dir("09")
-VOCAB = captioning.VOCAB
+VOCAB = moving_fmnist.VOCAB
 
 # %% [markdown]
 # ## 1. The data: moving Fashion-MNIST, with captions
@@ -64,7 +66,7 @@ VOCAB = captioning.VOCAB
 
 # %%
 t0 = time.perf_counter()
-ds = captioning.load_dataset()
+ds = moving_fmnist.load_dataset()
 say(f"{len(ds.train_clips)} training and {len(ds.test_clips)} test clips of shape {ds.train_clips.shape[1:]} "
     f"({time.perf_counter() - t0:.1f} s)")
 for i in range(3):
@@ -84,7 +86,7 @@ if comm.rank == 0:
 # %% [markdown]
 # ### Captions as token ids
 #
-# The grammar has 21 words; with four special tokens the vocabulary (`captioning.VOCAB`)
+# The grammar has 21 words; with four special tokens the vocabulary (`moving_fmnist.VOCAB`)
 # has 25: `<pad>` = 0, `<bos>` = 1 (begin), `<eos>` = 2 (end), `<unk>` = 3, then the words.
 # A caption is stored as `<bos> w1 ... wk <eos>` followed by `<pad>` up to a fixed length
 # (11), so that a batch of captions is one integer array (N, 11).
@@ -140,7 +142,7 @@ say("LSTM gradcheck (T=4, N=2, F=3, H=5), worst element:", report)
 # %% [markdown]
 # ## 3. The model
 #
-# `VideoCaptioner` (`minips/captioning.py`; the sequence-to-sequence design of Sutskever et
+# `VideoCaptioner` (`minips/models/captioner.py`; the sequence-to-sequence design of Sutskever et
 # al. 2014, for video Venugopalan et al. 2015):
 #
 # ```
@@ -155,7 +157,7 @@ say("LSTM gradcheck (T=4, N=2, F=3, H=5), worst element:", report)
 
 # %%
 mp.random.seed(0)
-model = captioning.VideoCaptioner(len(VOCAB))
+model = VideoCaptioner(len(VOCAB))
 say(model)
 parts = {name: sum(p.size for p in getattr(model, name).parameters()) for name in ("cnn", "encoder", "embed",
                                                                                      "decoder", "out")}
@@ -204,7 +206,7 @@ say(f"untrained model: loss {model.loss((x_b, y_b)).item():.3f} nats per token "
 # ## 4. Training it on 2 ranks
 #
 # The Trainer drives the captioner exactly like the ConvNet: the task
-# (`captioning.CaptioningTask`) provides the batches (clips and token ids) and the
+# (`minips.tasks.captioning.CaptioningTask`) provides the batches (clips and token ids) and the
 # evaluation; the algorithms only see `model.loss(batch)` and the gradients. We train with
 # `sync` and with `pseudo-sync` (adaptive predictor, k = 1), batch 32 per rank, on
 # emulated 1 GbE, for part of an epoch each. The same as

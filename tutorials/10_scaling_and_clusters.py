@@ -35,7 +35,7 @@ import numpy as np
 
 from _common import ROOT, exercise, minips_cli, mpiexec, out_dir, pick, show, show_png
 from minips.distributed.costmodel import NETWORKS
-from minips.nn.conv import ConvNet
+from minips.models import ConvNet
 
 OUT = out_dir("10")
 

@@ -117,7 +117,7 @@ def check_conv2d_im2col(conv2d_im2col):
 
 @register("2.2", S02, "convnet_num_parameters", "the first Linear layer's c2*(H/4)*(W/4)*hidden term dominates.")
 def check_convnet_num_parameters(convnet_num_parameters):
-    from minips.nn.conv import ConvNet
+    from minips.models import ConvNet
 
     for args in [(1, (28, 28), 10, (32, 64), 128), (3, (32, 32), 10, (16, 32), 64),
                  (1, (30, 22), 7, (8, 12), 20)]:
@@ -336,7 +336,7 @@ S06 = "06_overlap_buckets"
 def check_bucket_plan(bucket_plan):
     import minips as mp
     from minips.distributed.flat import FlatParams
-    from minips.nn.conv import ConvNet
+    from minips.models import ConvNet
 
     cases = [([100, 10, 300, 5], 0.0), ([100, 10, 300, 5], 1e-6), ([2**18, 3, 2**18, 7, 2**16], 1.0),
              ([1000] * 7, 0.008), ([p.size for p in ConvNet().parameters()], 0.05),
@@ -355,8 +355,7 @@ def check_bucket_plan(bucket_plan):
 @register("6.2", S06, "gradient_ready_order")
 def check_gradient_ready_order(gradient_ready_order):
     import minips as mp
-    from minips.models import MLP
-    from minips.nn.conv import ConvNet
+    from minips.models import MLP, ConvNet
 
     rng = np.random.default_rng(62)
     for make, shape in ((lambda: MLP(20, (8, 6), 3), (4, 1, 4, 5)), (lambda: ConvNet(1, (8, 8), 3, widths=(2, 3),
@@ -469,7 +468,7 @@ S09 = "09_video_captioning"
 
 @register("9.1", S09, "encode_caption", "that is Vocab.encode.")
 def check_encode_caption(encode_caption):
-    from minips.captioning import VOCAB
+    from minips.data.moving_fmnist import VOCAB
 
     for text, length in (("a sneaker moves up", 11), ("a bag moves down-left and a coat moves right", 11),
                          ("a zebra moves up", 8), ("a dress moves left", 6)):

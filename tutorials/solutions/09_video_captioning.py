@@ -1,7 +1,7 @@
 """Reference solutions of step 9 (tutorials/09_video_captioning.py)."""
 import numpy as np
 
-from minips.captioning import VOCAB
+from minips.data.moving_fmnist import VOCAB
 
 
 # Exercise 9.1

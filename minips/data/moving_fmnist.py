@@ -1,8 +1,8 @@
-"""Video captioning on moving Fashion-MNIST clips: data, model, metrics, task.
+"""Moving Fashion-MNIST clips with captions: the grammar, the vocabulary, the
+clip generator and the HDF5 data set.
 
-The sequence half of the seed paper's experiments (Wen et al., IJPP 2024,
-trained video captioning as well as image recognition), on data a laptop can
-generate in seconds:
+The data of the video-captioning task (the sequence half of the seed paper's
+experiments, Wen et al., IJPP 2024), generated in seconds on a laptop:
 
 - **Clips**: T frames (default 10) of a 48x48 canvas on which 1 or 2
   Fashion-MNIST garments move, each in one of 8 directions, bouncing off the
@@ -13,22 +13,20 @@ generate in seconds:
   up and a bag moves down-left". With two garments, they are named from left
   to right as they stand in the first frame (so the caption is a function of
   the clip), and the direction is the one they start with.
-- **Model** (:class:`VideoCaptioner`): a small CNN on every frame (shared
-  weights) -> LSTM encoder over the frames -> LSTM decoder with teacher forcing
-  -> vocabulary logits; greedy decoding for evaluation. The
-  encoder-decoder design of Sutskever, Vinyals & Le (NeurIPS 2014) and, for
-  video, Venugopalan et al., "Sequence to Sequence - Video to Text" (ICCV 2015).
-- **Metrics**: corpus BLEU-4 (Papineni et al., ACL 2002) by sacrebleu, exact
-  caption match, teacher-forced token accuracy.
+- **Vocabulary** (:data:`VOCAB`): the grammar's words plus <pad>, <bos>,
+  <eos>, <unk>; captions become int64 token ids of length :data:`CAPTION_LEN`.
 
-``python -m minips train --model captioner --data moving-fmnist-captions``
-draws 20,000 training and 500 test clips from the garments of the committed
-``data/fashion-mnist-mini.h5`` (a second or two) and caches the set as HDF5 in
-``data/cache/``. A clip is stored as a small table (which garment, start,
-velocity); its pixels are rendered when a batch is taken (:class:`ClipSet`),
-so the set needs megabytes, not gigabytes. ``python -m minips data
-moving-fmnist-captions --out FILE.h5`` writes a set explicitly
-(``--train-subset``/``--test-subset`` give the numbers of clips).
+:func:`load_dataset` draws 20,000 training and 500 test clips from the
+garments of the committed ``data/fashion-mnist-mini.h5`` (a second or two) and
+caches the set as HDF5 in ``data/cache/``. A clip is stored as a small table
+(which garment, start, velocity); its pixels are rendered when a batch is
+taken (:class:`ClipSet`), so the set needs megabytes, not gigabytes.
+``python -m minips data moving-fmnist-captions --out FILE.h5`` writes a set
+explicitly (:func:`build_dataset` + :func:`write_h5`).
+
+The model is :class:`minips.models.captioner.VideoCaptioner`; the metrics and
+the evaluation are in :mod:`minips.tasks.captioning`. This module is part of
+the data layer: it imports nothing from minips outside :mod:`minips.data`.
 """
 from __future__ import annotations
 
@@ -38,15 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import nn, ops
-from .autograd import no_grad
-from .models import register_model
-from .tensor import Tensor
+from .datasets import resolve_h5
 
-__all__ = ["NOUNS", "DIRECTIONS", "Vocab", "VOCAB", "draw_clip", "render_clip", "caption_of", "make_clip",
-           "ClipSet", "generate_clips", "CaptionDataset",
-           "build_dataset", "load_dataset", "write_h5", "read_h5", "caption_metrics", "VideoCaptioner",
-           "CaptioningTask", "cmd_build"]
+__all__ = ["DATA_NAME", "NOUNS", "DIRECTIONS", "Vocab", "VOCAB", "CAPTION_LEN", "draw_clip", "render_clip",
+           "caption_of", "make_clip", "ClipSet", "generate_clips", "CaptionDataset", "DEFAULT_TRAIN_CLIPS",
+           "DEFAULT_TEST_CLIPS", "build_dataset", "load_dataset", "write_h5", "read_h5"]
 
 DATA_NAME = "moving-fmnist-captions"
 GENERATOR_VERSION = 2  # bump when the generator changes, so stale caches are not reused
@@ -293,7 +287,6 @@ def _raw_fashion_mnist(source: str):
     """uint8 images and labels of both splits of an image data set (name or .h5)."""
     import h5py
 
-    from .data import resolve_h5
     path = resolve_h5(source)
     with h5py.File(path, "r") as f:
         return (f["train/images"][...], f["train/labels"][...],
@@ -389,7 +382,6 @@ def read_h5(path) -> CaptionDataset:
 
 
 def _cache_path(source: str, n_train: int, n_test: int, seed: int, frames: int) -> Path:
-    from .data import resolve_h5
     src = resolve_h5(source)
     return src.parent / "cache" / (f"{DATA_NAME}_{src.stem}_{n_train}-{n_test}_T{frames}_seed{seed}"
                                    f"_v{GENERATOR_VERSION}.h5")
@@ -413,252 +405,3 @@ def load_dataset(source: str = "fashion-mnist-mini", n_train: int = DEFAULT_TRAI
     except OSError:
         pass  # read-only checkout: keep it in memory only
     return ds
-
-
-# --- metrics ----------------------------------------------------------------------------
-def bleu_score(hypotheses, references) -> float:
-    """Corpus BLEU-4 (0..100) of the hypotheses against one reference each.
-
-    sacrebleu's corpus BLEU (Post, WMT 2018) with ``tokenize="none"``: our
-    captions are already lower-case, space-separated tokens, so BLEU counts
-    exactly the model's tokens (sacrebleu's default "13a" tokenizer would
-    split "t-shirt" into three).
-    """
-    from sacrebleu.metrics import BLEU
-    if not hypotheses:
-        return 0.0
-    return float(BLEU(tokenize="none").corpus_score(list(hypotheses), [list(references)]).score)
-
-
-def caption_metrics(hypotheses, references) -> dict:
-    """``{"bleu": corpus BLEU-4 (0..100), "exact_match": fraction (0..1) of
-    hypotheses equal to their reference}``."""
-    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(len(references), 1)
-    return {"bleu": bleu_score(hypotheses, references), "exact_match": exact}
-
-
-# --- the model -----------------------------------------------------------------------------
-def frame_encoder(out_features: int, size: int = 48) -> nn.Module:
-    """The per-frame CNN (shared by all frames and clips): (M, 1, S, S) -> (M, out_features).
-
-    ::
-
-        conv(1->16, 4x4, stride 4) - ReLU          S/4 x S/4: one 4x4 patch per pixel
-        conv(16->32, 3x3, pad 1) - ReLU - maxpool 2  S/8 x S/8
-        flatten - Linear(32 (S/8)^2 -> out_features) - ReLU
-
-    Small on purpose: it runs on every frame of every clip (320 frames per
-    batch of 32), so it must cost about what the two LSTMs cost. The final
-    Linear sees where each feature is, which the captions need (directions,
-    left-to-right order).
-
-    Raises:
-        ValueError: ``size`` not a multiple of 8.
-    """
-    from .nn.conv import Conv2d, MaxPool2d
-    if size % 8:
-        raise ValueError(f"frame_encoder: the frame size {size} must be a multiple of 8")
-    cells = (size // 8) ** 2
-    return nn.Sequential(Conv2d(1, 16, 4, stride=4), nn.ReLU(),
-                         Conv2d(16, 32, 3, padding=1), nn.ReLU(), MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(32 * cells, out_features), nn.ReLU())
-
-
-class VideoCaptioner(nn.Module):
-    """Frame encoder -> LSTM over frames -> LSTM decoder -> vocabulary logits.
-
-    Args:
-        vocab_size: V (token ids 0..V-1; 0 is <pad>, 1 <bos>, 2 <eos>).
-        frame_features: D, the frame encoder's output size.
-        hidden: H of both LSTMs (the encoder's final state starts the decoder).
-        embed: E, the size of the token embeddings.
-        size: frame side in pixels; pixel_mean/pixel_std standardise the
-            frames ([0, 1]-scaled) before the encoder.
-
-    Inputs: clips uint8 or float32 (N, T, 1, S, S) in [0, 255]; captions
-    int (N, L) = ``<bos> w1 ... wk <eos> <pad>...``. Teacher forcing feeds
-    tokens 0..L-2 and predicts tokens 1..L-1.
-
-    Raises:
-        ValueError: clips or captions of the wrong shape (names which).
-    """
-
-    def __init__(self, vocab_size: int, frame_features: int = 128, hidden: int = 256, embed: int = 32,
-                 size: int = 48, pixel_mean: float = 0.0, pixel_std: float = 1.0):
-        super().__init__()
-        self.vocab_size, self.size = vocab_size, size
-        self.pixel_mean, self.pixel_std = float(pixel_mean), float(pixel_std)
-        self.cnn = frame_encoder(frame_features, size)
-        self.encoder = nn.LSTM(frame_features, hidden)
-        self.embed = nn.Embedding(vocab_size, embed)
-        self.decoder = nn.LSTM(embed, hidden)
-        self.out = nn.Linear(hidden, vocab_size, init_mode="xavier")
-
-    # --- pieces -------------------------------------------------------------------
-    def _check_clips(self, clips):
-        c = np.asarray(clips)
-        if c.ndim != 5 or c.shape[2:] != (1, self.size, self.size):
-            raise ValueError(f"VideoCaptioner: clips must be (N, T, 1, {self.size}, {self.size}), got {c.shape}")
-        return c
-
-    def encode(self, clips):
-        """The encoder's final state ``(h_n, c_n)``, each (N, H), for clips (N, T, 1, S, S)."""
-        c = self._check_clips(clips)
-        n, steps = c.shape[:2]
-        x = (c.reshape(n * steps, 1, self.size, self.size).astype(np.float32) / np.float32(255)
-             - np.float32(self.pixel_mean)) / np.float32(self.pixel_std)
-        f = self.cnn(Tensor(x))                                      # (N*T, D)
-        f = ops.transpose(ops.reshape(f, (n, steps, -1)), (1, 0, 2))  # (T, N, D): time first
-        _, state = self.encoder(f)
-        return state
-
-    def decode(self, state, tokens):
-        """Logits (L, N, V) for the token after each of ``tokens`` (N, L), and
-        the decoder's state after the last one."""
-        n, steps = tokens.shape
-        e = self.embed(np.ascontiguousarray(tokens.T))               # (L, N, E)
-        out, state = self.decoder(e, state)                          # (L, N, H)
-        logits = self.out(ops.reshape(out, (steps * n, -1)))
-        return ops.reshape(logits, (steps, n, self.vocab_size)), state
-
-    def forward(self, clips, captions):
-        """Teacher-forced logits (L-1, N, V) for captions (N, L)."""
-        captions = np.asarray(captions)
-        if captions.ndim != 2 or captions.shape[1] < 2:
-            raise ValueError(f"VideoCaptioner: captions must be (N, L) token ids with L >= 2, got {captions.shape}")
-        if captions.shape[0] != np.shape(clips)[0]:
-            raise ValueError(f"VideoCaptioner: {np.shape(clips)[0]} clips but {captions.shape[0]} captions")
-        return self.decode(self.encode(clips), captions[:, :-1])[0]
-
-    def loss(self, batch):
-        """Mean cross-entropy per real (non-padding) target token, for
-        ``batch = (clips, captions)``."""
-        clips, captions = batch
-        captions = np.asarray(captions)
-        logits = self(clips, captions)
-        return nn.sequence_cross_entropy(logits, np.ascontiguousarray(captions[:, 1:].T), pad_id=Vocab.PAD)
-
-    def greedy_decode(self, clips, max_len: int = CAPTION_LEN - 1) -> np.ndarray:
-        """Token ids (N, max_len): at each step feed back the most likely token,
-        starting from <bos>; positions after <eos> are <pad>."""
-        with no_grad():
-            state = self.encode(clips)
-            n = len(clips)
-            token = np.full(n, Vocab.BOS, np.int64)
-            out = np.full((n, max_len), Vocab.PAD, np.int64)
-            done = np.zeros(n, bool)
-            for t in range(max_len):
-                logits, state = self.decode(state, token[:, None])  # one step
-                token = logits.data[0].argmax(axis=1)
-                out[~done, t] = token[~done]
-                done |= token == Vocab.EOS
-                if done.all():
-                    break
-        return out
-
-
-def _pixel_stats(clips, sample: int = 256) -> tuple[float, float]:
-    """Mean and std of the [0, 1]-scaled pixels of (up to) the first clips."""
-    x = clips[:min(sample, len(clips))].astype(np.float32) / 255
-    return float(x.mean()), float(x.std()) or 1.0
-
-
-@register_model("captioner")
-def _captioner(task):
-    if getattr(task, "kind", None) != "captioning":
-        raise ValueError(f"model 'captioner' needs a captioning data set (--data {DATA_NAME})")
-    mean, std = task.pixel_stats
-    return VideoCaptioner(len(task.vocab), size=task.frame_size, pixel_mean=mean, pixel_std=std)
-
-
-# --- the task ---------------------------------------------------------------------------
-class CaptioningTask:
-    """Video captioning on a :class:`CaptionDataset`.
-
-    Attributes:
-        kind: ``"captioning"``.
-        vocab: the :class:`Vocab`; frame_size: S; pixel_stats: (mean, std).
-        train_arrays: ``(train clips uint8 (N, T, 1, S, S), train token ids int64 (N, L))``.
-    """
-
-    kind = "captioning"
-
-    def __init__(self, dataset: CaptionDataset, name: str = DATA_NAME):
-        self.dataset, self.name = dataset, name
-        self.vocab = dataset.vocab
-        self.frame_size = dataset.train_clips.shape[-1]
-        self.pixel_stats = _pixel_stats(dataset.train_clips)
-        self.train_arrays = (dataset.train_clips, dataset.train_ids)
-
-    @staticmethod
-    def samples(batch) -> int:
-        return len(batch[0])
-
-    def evaluate(self, model, comm=None, batch_size: int = 500) -> dict:
-        """Test-set loss, BLEU, exact match and token accuracy of ``model``.
-
-        - ``test_loss``: teacher-forced cross-entropy per real target token (nats);
-        - ``token_accuracy``: fraction of real target tokens (words and <eos>)
-          that are the argmax under teacher forcing;
-        - ``bleu`` (0..100) and ``exact_match`` (0..1) of greedy-decoded
-          captions against the references (see :func:`caption_metrics`).
-
-        With a communicator of P ranks, rank r takes test clips ``r::P``; loss
-        and token sums are allreduced and the decoded captions allgathered, so
-        every rank returns the same numbers for the whole test set. The model
-        is put in eval mode and back.
-        """
-        ds = self.dataset
-        rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
-        mine = np.arange(len(ds.test_ids))[rank::size]
-        ids, refs = ds.test_ids[mine], [ds.test_text[i] for i in mine]
-        was_training = model.training
-        model.eval()
-        loss_sum = correct = tokens = 0.0
-        hyps = []
-        with no_grad():
-            for i in range(0, len(mine), batch_size):
-                c, y = ds.test_clips[mine[i:i + batch_size]], ids[i:i + batch_size]
-                logits = model(c, y).data                   # (L-1, n, V)
-                target = y[:, 1:].T
-                real = target != Vocab.PAD
-                log_p = logits - logits.max(axis=2, keepdims=True)
-                log_p -= np.log(np.exp(log_p).sum(axis=2, keepdims=True))
-                picked = np.take_along_axis(log_p, target[..., None], axis=2)[..., 0]
-                loss_sum += float(-(picked * real).sum())
-                correct += float(((logits.argmax(axis=2) == target) & real).sum())
-                tokens += float(real.sum())
-                hyps += [self.vocab.decode(row) for row in model.greedy_decode(c)]
-        model.train(was_training)
-        if comm is not None and comm.size > 1:
-            loss_sum, correct, tokens = (comm.allreduce_scalar(v) for v in (loss_sum, correct, tokens))
-            pairs = [p for part in comm.allgather(list(zip(hyps, refs))) for p in part]
-            hyps, refs = [h for h, _ in pairs], [r for _, r in pairs]
-        return {"test_loss": loss_sum / tokens, "token_accuracy": correct / tokens,
-                **caption_metrics(hyps, list(refs))}
-
-
-def _captioning_task(name: str) -> CaptioningTask:
-    return CaptioningTask(load_dataset(), name)
-
-
-def _register():
-    from .tasks import TASKS
-    TASKS[DATA_NAME] = _captioning_task
-
-
-_register()
-
-
-# --- command line ---------------------------------------------------------------------------
-def cmd_build(args) -> int:
-    """``python -m minips data moving-fmnist-captions --out FILE.h5 [--seed S]
-    [--train-subset N_TRAIN_CLIPS] [--test-subset N_TEST_CLIPS]``: generate a
-    set from the committed mini Fashion-MNIST and write it as HDF5."""
-    n_train = getattr(args, "train_subset", None) or DEFAULT_TRAIN_CLIPS
-    n_test = getattr(args, "test_subset", None) or DEFAULT_TEST_CLIPS
-    ds = build_dataset("fashion-mnist-mini", n_train, n_test, seed=args.seed)
-    write_h5(ds, args.out)
-    print(f"wrote {args.out}: {n_train} train and {n_test} test clips of {ds.meta['frames']} frames, "
-          f"{len(ds.vocab)}-token vocabulary; e.g. {ds.train_text[0]!r}")
-    return 0
