@@ -36,7 +36,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train`` (also used by ``compare``). Defaults are None so
     that a config file's values survive unless a flag is given."""
     from .config import TrainConfig
-    from .distributed.algorithms import ALGORITHMS
+    from .distributed.algorithms import ALGORITHMS, example_spec
     d = TrainConfig()
     p.add_argument("--config", help="TOML file of options (keys = the long flag names); flags override it")
     p.add_argument("--model", help=f"mlp, convnet or captioner (default {d.model})")
@@ -53,7 +53,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _bool_flag(p, "scale-lr", "multiply lr by the number of ranks (linear scaling rule)")
     p.add_argument("--seed", type=int, help=f"seed of initialisation and data order (default {d.seed})")
     p.add_argument("--out", help=f"output directory (default {d.out})")
-    p.add_argument("--algo", help="algorithm spec NAME[:key=value]...[@LABEL], e.g. local-sgd:period=8; NAME is "
+    p.add_argument("--algo", help=f"algorithm spec NAME[:key=value]...[@LABEL], e.g. {example_spec()}; NAME is "
                                   f"one of {', '.join(ALGORITHMS)} (default {d.algo}; "
                                   "python -m minips algorithms lists each one's options)")
     p.add_argument("--predictor", help="the algorithm's 'predictor' option, for algorithms that have it "
@@ -143,7 +143,8 @@ def cmd_algorithms(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
-    print("Algorithm specs: NAME[:key=value]...[@LABEL], e.g. --algo pseudo-sync:predictor=last:staleness=2\n")
+    from .distributed.algorithms import example_spec
+    print(f"Algorithm specs: NAME[:key=value]...[@LABEL], e.g. --algo {example_spec()}\n")
     for r in rows:
         ident = "ranks identical" if r["replicated"] else "ranks hold different weights"
         print(f"{r['name']}  [{r['family']}; {ident}]")

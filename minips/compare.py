@@ -28,7 +28,7 @@ def parse_algos(spec: str) -> list[dict]:
         ValueError: an empty list, or an entry that is not a valid spec
             (unknown algorithm or option, bad value), naming the entry.
     """
-    from .distributed.algorithms import resolve
+    from .distributed.algorithms import DEFAULT_ALGOS, resolve
 
     out = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
@@ -38,7 +38,7 @@ def parse_algos(spec: str) -> list[dict]:
             raise ValueError(f"--algos entry {item!r}: {_without_spec(e, item)}") from None
         out.append({"algo": item, "label": label})
     if not out:
-        raise ValueError("--algos is empty; e.g. --algos sync,overlap-sync,pseudo-sync:predictor=adaptive")
+        raise ValueError(f"--algos is empty; e.g. --algos {','.join(DEFAULT_ALGOS)}")
     return out
 
 
@@ -137,11 +137,11 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
 
 @subcommand("compare", help="run several algorithms on the same setup; table + figures")
 def _add_compare_arguments(p):
+    from .distributed.algorithms import DEFAULT_ALGOS
     add_train_arguments(p)
     p.add_argument("--algos", required=True,
                    help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
-                        "sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:predictor=adaptive "
-                        "(python -m minips algorithms lists them)")
+                        f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
     p.set_defaults(func=_cmd_compare)
 
 

@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .distributed.algorithms import DEFAULT as DEFAULT_ALGO
+
 __all__ = ["TrainConfig", "ConfigError", "load_config", "config_fields", "check_out_dir", "read_toml",
            "LEGACY_ALGO_OPTIONS"]
 
@@ -66,7 +68,7 @@ class TrainConfig:
     scale_lr: bool = False
     seed: int = 0
     out: str = "runs/latest"
-    algo: str = "pseudo-sync"
+    algo: str = DEFAULT_ALGO
     predictor: str | None = None
     staleness: int | None = None
     bucket_mb: float | None = None

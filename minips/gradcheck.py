@@ -108,7 +108,8 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             score = err - rtol * abs(numeric)
             if score > worst_score:
                 worst_score = score
-                worst = GradcheckReport(i, tuple(int(v) for v in np.unravel_index(j, t.shape)), float(a), float(numeric), float(err))
+                where = tuple(int(v) for v in np.unravel_index(j, t.shape))
+                worst = GradcheckReport(i, where, float(a), float(numeric), float(err))
     if raise_on_failure and worst is not None and worst_score > atol:
         raise GradcheckError(f"gradcheck failed: {worst} (atol {atol}, rtol {rtol})")
     return worst

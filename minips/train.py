@@ -111,8 +111,8 @@ class Trainer:
         if self.comm.rank != 0 or self.cfg.quiet or not sys.stderr.isatty():
             return _NullBar()
         from tqdm import tqdm
-        return tqdm(total=self.total_steps, desc=f"{self.cfg.label or self.spec.run_label} x{self.comm.size}", unit="step",
-                    dynamic_ncols=True, initial=self.global_step)
+        return tqdm(total=self.total_steps, desc=f"{self.cfg.label or self.spec.run_label} x{self.comm.size}",
+                    unit="step", dynamic_ncols=True, initial=self.global_step)
 
     def _warn_if_busy(self) -> None:
         """Parallel Numba loops wait for their slowest thread; when other jobs

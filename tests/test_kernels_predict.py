@@ -58,7 +58,7 @@ def test_fused_adaptive_equals_numpy_path():
     b = make_predictor("adaptive", 2, fused=False)
     w = np.zeros(400, np.float32)
     H = rng.uniform(0, 3, 400).astype(np.float32)
-    for t in range(30):
+    for _ in range(30):
         w_then = w.copy()
         w = w - 0.05 * rng.standard_normal(400).astype(np.float32)
         G = (H * w_then + 0.1 * rng.standard_normal(400)).astype(np.float32)

@@ -101,7 +101,7 @@ def test_every_rank_takes_the_iid_count_each_epoch(spec, P):
     n = len(labels)
     ranks = samplers(n, P, spec, labels, seed=2)
     for epoch in (0, 1):
-        for r, s in enumerate(ranks):
+        for s in ranks:
             s.set_epoch(epoch)
             idx = s.indices()
             assert len(s) == len(idx) == n // P and idx.dtype == np.int64

@@ -16,7 +16,7 @@ from minips.distributed.algorithms import ALGORITHMS, describe_algorithms, parse
 from minips.distributed.costmodel import NetworkModel
 from minips.distributed.projection import StepProfile, project, step_time
 
-from .conftest import ROOT, run_cli, subprocess_env
+from .conftest import ROOT, subprocess_env
 from .toy_algorithm import ToyDrift
 
 LAUNCH = str(Path(__file__).with_name("toy_launch.py"))
@@ -156,7 +156,7 @@ def test_non_replicated_resume_is_bitwise_and_evaluates_the_average(tmp_path):
     for x, y in zip(wa, wb):
         assert np.array_equal(x, y)
     for x, y in zip(a["ranks"], b["ranks"]):
-        assert np.array_equal(np.asarray(x["optimizer"]["buffers"]["0"]), np.asarray(y["optimizer"]["buffers"]["0"]))
+        assert np.array_equal(np.asarray(x["optimizer"]["buffers"][0]), np.asarray(y["optimizer"]["buffers"][0]))
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, part))
     assert sa["replicated"] is False and sa["algo_options"]["period"] == 5
     assert sa["test_loss"] == sb["test_loss"] and sa["consensus_distance"] == sb["consensus_distance"] > 0

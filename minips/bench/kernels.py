@@ -125,11 +125,11 @@ def conv_cases(ctx: BenchContext):
             xg = xt.clone().requires_grad_(need_x)
             wg, bg = wt.clone().requires_grad_(), bt.clone().requires_grad_()
 
-            def t_fwd(xt=xt, wt=wt, bt=bt):
+            def t_fwd(xt=xt, wt=wt, bt=bt, F=F):
                 with torch.no_grad():
                     return F.conv2d(xt, wt, bt, padding=1)
 
-            def t_fwd_bwd(xg=xg, wg=wg, bg=bg, gyt=gyt):
+            def t_fwd_bwd(xg=xg, wg=wg, bg=bg, gyt=gyt, F=F):
                 F.conv2d(xg, wg, bg, padding=1).backward(gyt)
                 xg.grad = wg.grad = bg.grad = None
         yield Case("conv2d fwd", shape, numba_fwd, numpy_fwd, t_fwd, flops=flops1)
@@ -162,11 +162,11 @@ def pool_cases(ctx: BenchContext):
             xt, gyt = torch.from_numpy(x), torch.from_numpy(gy)
             xg = xt.clone().requires_grad_()
 
-            def t_fwd(xt=xt):
+            def t_fwd(xt=xt, F=F):
                 with torch.no_grad():
                     return F.max_pool2d(xt, 2)
 
-            def t_fwd_bwd(xg=xg, gyt=gyt):
+            def t_fwd_bwd(xg=xg, gyt=gyt, F=F):
                 F.max_pool2d(xg, 2).backward(gyt)
                 xg.grad = None
         yield Case("maxpool2d fwd", shape, lambda x=x: pool.maxpool2d_forward(x, 2, 2),
@@ -182,7 +182,7 @@ def pool_cases(ctx: BenchContext):
         yield Case("maxpool2d fwd+bwd", shape, numba_mp, numpy_mp, t_fwd_bwd, bytes=fwd_bytes + bwd_bytes)
         t_avg = None
         if torch is not None:
-            def t_avg(xt=xt):
+            def t_avg(xt=xt, F=F):
                 with torch.no_grad():
                     return F.avg_pool2d(xt, 2)
         yield Case("avgpool2d fwd", shape, lambda x=x: pool.avgpool2d_forward(x, 2, 2),

@@ -185,7 +185,8 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
                 runs.append(s)
             times = [s["step_time_s"] for s in runs]
             med = sorted(runs, key=lambda s: s["step_time_s"])[len(runs) // 2]
-            row = {"P": P, "label": e["label"], "algo": e["algo"], "step_time_s": med["step_time_s"], "step_times_s": times,
+            row = {"P": P, "label": e["label"], "algo": e["algo"], "step_time_s": med["step_time_s"],
+                   "step_times_s": times,
                    "images_per_s": args.batch_size * P / med["step_time_s"],
                    "time_breakdown": med["time_breakdown"], "comm_alone_s": med.get("comm_alone_s"),
                    "overlap_efficiency": med.get("overlap_efficiency"),
@@ -407,7 +408,7 @@ def plot_projection(result: dict, path) -> None:
     fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
     algos = list(next(iter(proj.values()))["algos"]) if proj else []
     styles = {k: ("-", "--", "-.", (0, (5, 1, 1, 1)))[i % 4] for i, k in enumerate(algos)}
-    for ax, (name, p) in zip(axes[0], proj.items()):
+    for ax, p in zip(axes[0], proj.values()):
         base = p.get("baseline")
         for algo, rows in p["algos"].items():
             line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], linestyle=styles.get(algo, "-"),

@@ -306,7 +306,8 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
             lines.append(f"| {lab} | " + " | ".join(_cell(agg.get((lr_name, lab, P)), digits) for P in ranks) + " |")
         ref = BASELINE if BASELINE in labels else None
         if ref:
-            lines += ["", f"difference of the mean from {ref}'s ({'BLEU points' if grid.metric == 'bleu' else 'accuracy'}):",
+            unit = "BLEU points" if grid.metric == "bleu" else "accuracy"
+            lines += ["", f"difference of the mean from {ref}'s ({unit}):",
                       "", "| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
             for lab in labels:
                 if lab == ref:

@@ -146,9 +146,9 @@ def load_image_dataset(name_or_path: str) -> ImageDataset:
         tr_i, tr_l = f["train/images"][...], f["train/labels"][...]
         te_i, te_l = f["test/images"][...], f["test/labels"][...]
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in f.attrs.get("class_names", [])]
-    for split, (i, l) in {"train": (tr_i, tr_l), "test": (te_i, te_l)}.items():
-        if i.ndim != 3 or len(i) != len(l):
-            raise ValueError(f"{path}: /{split} has images {i.shape} and labels {l.shape}; "
+    for split, (i, lab) in {"train": (tr_i, tr_l), "test": (te_i, te_l)}.items():
+        if i.ndim != 3 or len(i) != len(lab):
+            raise ValueError(f"{path}: /{split} has images {i.shape} and labels {lab.shape}; "
                              "expected (N, H, W) and (N,)")
     scaled = tr_i.astype(np.float32) / 255.0
     mean, std = float(scaled.mean()), float(scaled.std())

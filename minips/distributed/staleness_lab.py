@@ -140,9 +140,10 @@ class _Flat:
 def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
     """The markdown table of docs/distributed.md: every predictor, two settings,
     axis-aligned and rotated Hessians, final loss range over ``seeds``."""
-    cases = [("sync", 0, {}), ("last", None, {}), ("ema", None, {}), ("holt", None, {}),
-             ("lookahead", None, {}), ("adaptive", None, {}), ("adaptive", None, {"adapt_lambda": False, "lambda0": 1.0})]
-    head = "| lr, k | sync | last | ema | holt | lookahead | adaptive | adaptive, lambda = 1 |"
+    cases = [("last", 0, {}), ("last", None, {}), ("ema", None, {}), ("holt", None, {}),
+             ("lookahead", None, {}), ("adaptive", None, {}),
+             ("adaptive", None, {"adapt_lambda": False, "lambda0": 1.0})]
+    head = "| lr, k | k = 0 (fresh) | last | ema | holt | lookahead | adaptive | adaptive, lambda = 1 |"
     lines = [head, "|" + "---|" * 8]
     for rotate in (False, True):
         problem = LeastSquares(rotate=rotate)

@@ -20,7 +20,8 @@ from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .sync import OverlapSyncSGD, SyncSGD
 
-__all__ = ["ALGORITHMS", "BASELINE", "DEFAULT_ALGOS", "Algorithm", "AlgoSpec", "StepContext", "algorithm_class", "build_algorithm",
+__all__ = ["ALGORITHMS", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
+           "StepContext", "algorithm_class", "build_algorithm",
            "describe_algorithms", "make_algorithm", "parse_spec", "resolve"]
 
 #: name -> class; the one table of every algorithm minips runs.
@@ -30,6 +31,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "pseudo-sync": PseudoSyncSGD,
 }
 
+#: the algorithm ``train`` runs when none is named (the project's centrepiece)
+DEFAULT = "pseudo-sync"
 #: the reference the others are compared with (projections, study tables)
 BASELINE = "sync"
 #: the default side-by-side comparison (bench scaling)
@@ -127,6 +130,14 @@ def make_algorithm(name: str, params, optimizer, comm, **options) -> Algorithm:
     """
     cls = algorithm_class(name)
     return cls(params, optimizer, comm, options=build_options(cls, **options))
+
+
+def example_spec() -> str:
+    """A spec with an option, from the table (for help texts): the default
+    algorithm with its first option at its default value."""
+    from .spec import option_rows
+    opts = option_rows(ALGORITHMS[DEFAULT].Options)
+    return f"{DEFAULT}:{opts[0]['name']}={opts[0]['default']}" if opts else DEFAULT
 
 
 def describe_algorithms() -> list[dict]:
