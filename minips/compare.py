@@ -89,20 +89,26 @@ def markdown_table(summaries: list[dict]) -> str:
     if any(s.get("bleu") is not None for s in summaries):
         metric_cols = [("bleu", "BLEU"), ("exact_match", "exact match"), ("test_loss", "test loss")]
     head = ["algorithm", *[c for _, c in metric_cols], "images/s", "step ms", "compute ms", "wait ms",
-            "overlap eff.", "wall s"]
+            "overlap eff.", "MiB sent/step", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         b = s["time_breakdown"]
         eff = s.get("overlap_efficiency")
         row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols], f"{s['images_per_s']:.0f}",
                f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
-               f"{1e3 * b['wait']:.2f}", "n/a" if eff is None else f"{eff:.2f}", f"{s['wall_time_s']:.1f}"]
+               f"{1e3 * b['wait']:.2f}", "n/a" if eff is None else f"{eff:.2f}", _mib(s.get("bytes_sent_per_step")),
+               f"{s['wall_time_s']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def _fmt(v):
     return "n/a" if v is None else f"{v:.4f}"
+
+
+def _mib(v):
+    """Bytes per step as MiB (mean over ranks; summaries from before traffic was counted: n/a)."""
+    return "n/a" if v is None else f"{v / 2**20:.3f}"
 
 
 def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:

@@ -164,7 +164,8 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
         raise
     assert proc.returncode == 0, stderr
     s = json.loads((out / "summary.json").read_text())
-    assert s["stopped"] == "signal" and 0 < s["steps"] < 20 * 78
+    # 10,000 images / 2 ranks / batch 32 = 156 steps per epoch: stopped before the 20 epochs ended
+    assert s["stopped"] == "signal" and 0 < s["steps"] < 20 * 156
     state = checkpoint.load(out / "checkpoint.h5")
     assert state["step"] == s["steps"] and trace.exists()
 
