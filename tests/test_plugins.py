@@ -206,3 +206,20 @@ def test_hooks_lr_micro_batches_and_batch_size(tmp_path):
     assert lrs == {0.025}
     b, _ = run("toy-drift:rank0-batch=8", "b8")
     assert b["batch_size_per_rank"] == 8 and b["global_batch_size"] == 8
+
+
+@pytest.mark.mpi
+def test_partition_reaches_the_sampler_and_the_summary(tmp_path):
+    """--partition by-class:3 on 2 ranks: each rank trains on 3 classes (recorded
+    in summary.json by rank 0); a bad partition is a one-line error."""
+    out = tmp_path / "p"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP, "--algo", "sync",
+                        "--max-steps", "3", "--partition", "by-class:3", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    part = json.loads((out / "summary.json").read_text())["partition"]
+    assert part["partition"] == "by-class:3" and len(part["class_counts"]) == 3
+    r = subprocess.run([sys.executable, "-m", "minips", "train", *MLP, "--partition", "byclass:2",
+                        "--out", str(tmp_path / "bad")], capture_output=True, text=True, timeout=60,
+                       env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 2 and "unknown partition 'byclass:2'" in r.stderr and "Traceback" not in r.stderr

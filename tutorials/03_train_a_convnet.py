@@ -26,7 +26,8 @@
 # **Runs in**: one process, about 35 s on idle cores (the ConvNet epochs dominate).
 # **Files to read alongside**: `minips/data/datasets.py`, `minips/data/loader.py`,
 # `minips/data/sampler.py`, `minips/optim.py`, `minips/models/`, `minips/train.py`
-# (`Trainer.run` and `Trainer._train_step`).
+# (`Trainer.run` and `Trainer._train_step`; the options are in `minips/config.py`, the
+# files it writes in `minips/rundir.py`).
 
 # %%
 import csv

@@ -219,7 +219,7 @@ show(fig, OUT / "forecasts.png")
 # For a smooth loss, `G(w_t) ~ G(w_{t-k}) + H (w_t - w_{t-k})` (first-order Taylor), with `H`
 # the Hessian. Both weights are known on every rank (they are the replicated weights), so
 # the only unknown is `H`. AESP estimates its diagonal `h` by **exponential smoothing of
-# secants** between consecutive arrivals (`_update_curvature`:
+# secants** between consecutive arrivals (step 1 of `forecast`, in the kernel `aesp_step`:
 # `Sgw = rho Sgw + (1-rho) dG*dw`, `Sww = rho Sww + (1-rho) dw*dw`, `h = clip(Sgw/Sww, 0, h_max)`),
 # and scales the correction by a **confidence** `lambda_t` in [0, 1]:
 #
@@ -236,7 +236,7 @@ print(inspect.getsource(AdaptivePredictor._update_confidence))
 
 # %% [markdown]
 # Notice the order in `forecast`: the correction uses the curvature from *before* `G` is
-# folded in (`_update_curvature` comes after). `docs/distributed.md` ("A correction to the
+# folded in (the curvature update, step 1, runs after the forecast, inside `aesp_step`). `docs/distributed.md` ("A correction to the
 # spec") tells how an experiment forced that: with the other order, the minibatch noise of
 # `G` appears in both `a` and `c` with opposite signs and drags `lambda` to 0.
 #
@@ -315,7 +315,7 @@ mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "-
 
 # %% [markdown]
 # Predictor options reach the command line through a TOML configuration file, in a
-# `[predictor_options]` table (`minips/train.py::load_config`; its top-level keys are the
+# `[predictor_options]` table (`minips/config.py::load_config`; its top-level keys are the
 # long flag names, here a `label` for the tables). One more run: AESP with the options
 # it had before the project's tuning study, **full** confidence from the start
 # (`lambda0 = 1`) and a looser curvature clip (`h_max = 50`), instead of the defaults

@@ -230,7 +230,7 @@ show(fig, OUT / "weak_scaling_projection.png")
 #
 # **Time limits.** Jobs end. With `#SBATCH --signal=TERM@120`, Slurm sends SIGTERM two
 # minutes before the limit; every rank finishes its step, they agree on a common stopping
-# step (a tiny pipelined allreduce of a "stop" flag: `StopAgreement` in `minips/train.py`),
+# step (a tiny pipelined allreduce of a "stop" flag: `StopAgreement` in `minips/stop.py`),
 # write a checkpoint and exit 0. With `--requeue`, the script finds the checkpoint and
 # passes `--resume`. Here is the complete example batch script:
 
