@@ -206,6 +206,9 @@ def main(argv=None) -> int:
     under_mpi = launched_by_mpi()
     try:
         return args.func(args) or 0
+    except BrokenPipeError:  # output piped into head/less that closed early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError) as e:
         msg = f"error: {e}"
         if under_mpi and _world_size() > 1:
