@@ -1,7 +1,8 @@
 """Tensor: an ``np.ndarray`` plus the gradient and the operation that made it.
 
-This is the bottom of the engine and imports nothing else of minips. The layers
-above it build on the Tensor, and imports go one way (no circle)::
+This is the bottom of the engine and imports nothing else of minips. The other
+files build on the Tensor, and imports go one way, with no circle (each file
+below imports only those above it)::
 
     tensor.py          the Tensor: data, grad, the Function that made it, hooks
       <- autograd.py   Function (one node of the graph), backward (the graph walk)
