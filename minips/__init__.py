@@ -52,4 +52,10 @@ from . import random  # noqa: F401
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad  # noqa: F401
 from .tensor import Tensor, as_tensor, tensor  # noqa: F401
 
+# The arithmetic syntax (x + y, x @ w, x.exp(), x.backward() ...) is sugar for
+# minips.ops and minips.autograd, bound onto Tensor by this import, so that
+# tensor.py imports nothing above it. Python runs this file before any minips.*
+# module, so the syntax is there whatever is imported first.
+from . import tensor_methods  # noqa: F401
+
 __version__ = "0.1.0"

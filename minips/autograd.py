@@ -12,10 +12,16 @@ methods working on plain ``np.ndarray`` objects::
 
     c = Mul.apply(x, y)                   # Tensors in, Tensor out; records the graph
 
-``Tensor.backward()`` walks the graph in reverse topological order. The order
-is computed with an explicit stack (no recursion), so graphs of any depth work.
-This is the design of PyTorch's ``torch.autograd.Function`` and of
-micrograd (A. Karpathy), reduced to what a course needs.
+``Tensor.backward()`` (that is :func:`backward`) walks the graph in reverse
+topological order. The order is computed with an explicit stack (no recursion),
+so graphs of any depth work. This is the design of PyTorch's
+``torch.autograd.Function`` and of micrograd (A. Karpathy), reduced to what a
+course needs.
+
+Layering: this module is built on :mod:`minips.tensor` and imports it; the ops
+(:mod:`minips.ops`) are built on this one. ``Tensor.backward`` and the operators
+are bound onto the Tensor class above all three, in :mod:`minips.tensor_methods`,
+so no import goes back down.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ import itertools
 import threading
 
 import numpy as np
+
+from .tensor import Tensor
 
 __all__ = ["Function", "no_grad", "enable_grad", "is_grad_enabled", "backward",
            "backward_callbacks"]
@@ -101,8 +109,6 @@ class Function:
         ``forward`` unchanged. Returns a Tensor, or a tuple of Tensors when
         ``forward`` returns a tuple.
         """
-        from .tensor import Tensor
-
         fn = cls()
         arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
         out = fn.forward(*arrays, **options)
@@ -139,8 +145,6 @@ def _topological_order(root_fn):
     last layers' buckets early (PyTorch orders its engine by the same
     sequence numbers).
     """
-    from .tensor import Tensor
-
     nodes, seen, stack = [], {id(root_fn)}, [root_fn]
     while stack:
         fn = stack.pop()
@@ -173,8 +177,6 @@ def backward(tensor, grad=None, retain_graph=False):
         RuntimeError: the tensor does not require grad, the graph was freed
             by an earlier backward, or grad is missing for a non-scalar.
     """
-    from .tensor import Tensor
-
     if not tensor.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require grad: "
                            "set requires_grad=True on an input, or do not call it "

@@ -164,10 +164,10 @@ class MatMul(Function):
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
         g2 = g
+        if b.ndim == 1:  # first: for vector @ vector, g is 0-D, and this makes it (1,)
+            g2 = np.expand_dims(g2, -1)
         if a.ndim == 1:
             g2 = np.expand_dims(g2, -2)
-        if b.ndim == 1:
-            g2 = np.expand_dims(g2, -1)
         ga = gb = None
         if self.needs_input_grad[0]:
             ga = unbroadcast(g2 @ np.swapaxes(b2, -1, -2), a2.shape).reshape(a.shape)

@@ -1,9 +1,21 @@
-"""Tensor: an ``np.ndarray`` plus the gradient and the operation that made it."""
+"""Tensor: an ``np.ndarray`` plus the gradient and the operation that made it.
+
+This is the bottom of the engine and imports nothing else of minips. The other
+files build on the Tensor, and imports go one way, with no circle (each file
+below imports only those above it)::
+
+    tensor.py          the Tensor: data, grad, the Function that made it, hooks
+      <- autograd.py   Function (one node of the graph), backward (the graph walk)
+      <- ops.py        the differentiable operations, each a Function
+      <- tensor_methods.py   the syntax: ``x + y``, ``x @ w``, ``x.exp()``,
+                             ``x.backward()`` ... bound onto Tensor
+
+``minips/__init__.py`` imports ``tensor_methods``, and Python runs it before any
+``minips.*`` module, so a Tensor always has its operators.
+"""
 from __future__ import annotations
 
 import numpy as np
-
-from . import autograd
 
 __all__ = ["Tensor", "tensor", "as_tensor"]
 
@@ -23,8 +35,10 @@ class Tensor:
 
     A Tensor made by an operation remembers it (``_fn``); a Tensor made by the
     user is a *leaf* (``_fn is None``). Arithmetic operators and methods
-    (``+ - * / @ **``, ``sum``, ``reshape`` ...) are thin wrappers over
-    :mod:`minips.ops`.
+    (``+ - * / @ **``, ``sum``, ``reshape``, ``exp`` ...) and ``backward()`` are
+    thin wrappers over :mod:`minips.ops` and :mod:`minips.autograd`, bound onto
+    this class in :mod:`minips.tensor_methods` (they are built on this class, so
+    they cannot be written in it without an import circle).
 
     Raises:
         TypeError: ``requires_grad=True`` on a non-floating array.
@@ -98,11 +112,7 @@ class Tensor:
         self.requires_grad = flag
         return self
 
-    # --- gradients ---------------------------------------------------------
-    def backward(self, grad=None, retain_graph: bool = False):
-        """Backpropagate from this tensor; see :func:`minips.autograd.backward`."""
-        autograd.backward(self, grad, retain_graph=retain_graph)
-
+    # --- gradients (backward() itself is in minips.tensor_methods) ----------
     def zero_grad(self):
         """Zero ``grad`` in place if it exists (keeps views into flat buffers)."""
         if self.grad is not None:
@@ -129,92 +139,6 @@ class Tensor:
     def _run_hooks(self):
         for h in list(self._hooks):
             h(self)
-
-    # --- operators (implemented in minips.ops) ------------------------------
-    def __add__(self, o):
-        return _ops().add(self, o)
-
-    def __radd__(self, o):
-        return _ops().add(o, self)
-
-    def __sub__(self, o):
-        return _ops().sub(self, o)
-
-    def __rsub__(self, o):
-        return _ops().sub(o, self)
-
-    def __mul__(self, o):
-        return _ops().mul(self, o)
-
-    def __rmul__(self, o):
-        return _ops().mul(o, self)
-
-    def __truediv__(self, o):
-        return _ops().div(self, o)
-
-    def __rtruediv__(self, o):
-        return _ops().div(o, self)
-
-    def __neg__(self):
-        return _ops().neg(self)
-
-    def __pow__(self, p):
-        return _ops().pow(self, p)
-
-    def __matmul__(self, o):
-        return _ops().matmul(self, o)
-
-    def __rmatmul__(self, o):
-        return _ops().matmul(o, self)
-
-    def __getitem__(self, idx):
-        return _ops().getitem(self, idx)
-
-    def sum(self, axis=None, keepdims=False):
-        return _ops().sum(self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        return _ops().mean(self, axis, keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return _ops().max(self, axis, keepdims)
-
-    def reshape(self, *shape):
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return _ops().reshape(self, shape)
-
-    def transpose(self, *axes):
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        return _ops().transpose(self, axes or None)
-
-    @property
-    def T(self):
-        return _ops().transpose(self, None)
-
-    def flatten(self, start_dim=1):
-        return _ops().flatten(self, start_dim)
-
-    def exp(self):
-        return _ops().exp(self)
-
-    def log(self):
-        return _ops().log(self)
-
-    def tanh(self):
-        return _ops().tanh(self)
-
-    def sigmoid(self):
-        return _ops().sigmoid(self)
-
-    def relu(self):
-        return _ops().relu(self)
-
-
-def _ops():
-    from . import ops  # late import: ops imports tensor
-    return ops
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:

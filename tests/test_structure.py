@@ -131,3 +131,147 @@ def test_no_import_circle_between_layers(graph):
         if layer not in state:
             visit(layer)
     assert not circles, "import circles: " + "; ".join(circles)
+
+
+# --- no import circle among the modules -------------------------------------
+#
+# Which modules does ``import``-ing in a file run? ``import a.b.c`` and
+# ``from a.b import c`` run ``a/__init__``, ``a/b/__init__`` and then ``a.b.c``;
+# ``from a.b import name`` (a name, not a module) runs the package ``a.b`` and
+# reads the name from its ``__init__``. So an import is an edge to the module it
+# names, and to the packages on the way. The one exception: the packages that
+# contain the importing file. Python has started them before it runs the file,
+# so passing through them again runs nothing (``minips/__init__.py`` importing
+# ``minips.tensor`` and ``minips/tensor.py`` importing ``minips.autograd`` is no
+# circle). Reading a *name* from one of them is an edge like any other: that is
+# how a submodule and its package's ``__init__`` make a circle.
+
+
+def _ancestors(module: str) -> list:
+    """``minips.nn.conv`` -> ``["minips", "minips.nn"]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def module_edges(path: Path, name: str, modules: dict) -> dict:
+    """imported minips module -> the first line of ``path`` that imports it (edges as above)."""
+    own = set(_ancestors(name)) | {name}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges = {}
+
+    def add(target: str, line: int):
+        if target != "minips" and not target.startswith("minips."):
+            return
+        for m in [a for a in _ancestors(target) if a not in own] + [target]:
+            if m != name:
+                edges.setdefault(m, line)
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                add(sub if sub in modules else module, node.lineno)
+    return {m: line for m, line in edges.items() if m in modules}
+
+
+def import_circles(modules: dict, root: Path = ROOT) -> list:
+    """One description per strongly connected component of the import graph
+    (Tarjan's algorithm), each with a shortest circle through its first module."""
+    edges = {name: module_edges(p, name, modules) for name, p in modules.items()}
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def strongconnect(u):
+        index[u] = low[u] = len(index)
+        stack.append(u)
+        on_stack.add(u)
+        for v in sorted(edges[u]):
+            if v not in index:
+                strongconnect(v)
+                low[u] = min(low[u], low[v])
+            elif v in on_stack:
+                low[u] = min(low[u], index[v])
+        if low[u] == index[u]:
+            component = set()
+            while True:
+                v = stack.pop()
+                on_stack.discard(v)
+                component.add(v)
+                if v == u:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for u in sorted(modules):
+        if u not in index:
+            strongconnect(u)
+    circles = []
+    for component in components:
+        start = min(component)
+        # breadth-first search back to start, inside the component
+        parent, queue = {start: None}, [start]
+        while queue and start not in {v for u in queue for v in edges[u]}:
+            nxt = []
+            for u in queue:
+                for v in sorted(edges[u]):
+                    if v in component and v not in parent:
+                        parent[v] = u
+                        nxt.append(v)
+            queue = nxt
+        last = next(u for u in queue if start in edges[u])
+        path = [last]
+        while parent[path[-1]] is not None:
+            path.append(parent[path[-1]])
+        path.reverse()
+        steps = [f"{modules[u].relative_to(root)}:{edges[u][v]} imports {v}"
+                 for u, v in zip(path, path[1:] + [start])]
+        circles.append(f"{sorted(component)}: " + "; ".join(steps))
+    return circles
+
+
+def test_no_import_circle_among_modules():
+    circles = import_circles(_modules())
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_the_circle_check_sees_circles(tmp_path):
+    """The checker itself, on a made-up package: a submodule reading a name from
+    its package's ``__init__`` closes a circle, importing a sibling does not."""
+    pkg = tmp_path / "minips"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .a import A\nfrom . import b\n")
+    (pkg / "a.py").write_text("from . import b\nA = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from minips.c import g\n")
+    (pkg / "c.py").write_text("import numpy\n")
+    modules = {"minips": pkg / "__init__.py", "minips.a": pkg / "a.py",
+               "minips.b": pkg / "b.py", "minips.c": pkg / "c.py"}
+    assert import_circles(modules, tmp_path) == []
+    (pkg / "c.py").write_text("def g():\n    from . import A\n")  # a name from __init__
+    circles = import_circles(modules, tmp_path)
+    assert len(circles) == 1 and circles[0].endswith("minips/c.py:2 imports minips"), circles
+    (pkg / "c.py").write_text("from .b import f\n")  # b -> c -> b, one of them in a function
+    circles_bc = import_circles(modules, tmp_path)
+    assert circles_bc == ["['minips.b', 'minips.c']: minips/b.py:2 imports minips.c; "
+                          "minips/c.py:1 imports minips.b"], circles_bc
+
+
+def test_tensor_syntax_is_bound_whatever_is_imported_first():
+    """tensor.py imports nothing above it; the operators and backward() are bound by
+    minips/__init__.py (minips.tensor_methods), which Python runs first."""
+    import subprocess
+    import sys
+    code = ("from minips.tensor import Tensor\n"
+            "x = Tensor([[1.0, 2.0]], requires_grad=True)\n"
+            "y = ((x + 1) * x).exp().sum() / 2 - (x @ x.T).sum()\n"
+            "y.backward()\n"
+            "print(type(y).__name__, x.grad.shape)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["Tensor", "(1,", "2)"]

@@ -24,7 +24,7 @@
 #
 # **Runs in**: one process, a few seconds. **Files to read alongside**:
 # `minips/tensor.py`, `minips/autograd.py` (the whole engine, about 200 lines),
-# `minips/ops.py`, `minips/gradcheck.py`.
+# `minips/ops.py`, `minips/tensor_methods.py`, `minips/gradcheck.py`.
 #
 # Run it as a script (`python tutorials/01_tensors_and_autograd.py`) or open it as a notebook
 # (see `tutorials/README.md`). Exercises stop the step until you solve them; set
@@ -55,10 +55,11 @@ x = mp.tensor([1.0, 2.0, 3.0], requires_grad=True)
 print(x, "| data:", x.data, x.dtype, "| grad:", x.grad, "| leaf:", x.is_leaf)
 
 # %% [markdown]
-# Arithmetic on tensors calls the operations of `minips/ops.py`. Each one is a small class
-# derived from `minips.autograd.Function`, with a `forward` (NumPy in, NumPy out) and a
-# `backward` (the chain rule, written by hand next to it). Here is the multiplication,
-# printed from the library itself:
+# Arithmetic on tensors calls the operations of `minips/ops.py`: `x * y` is `ops.mul(x, y)`,
+# `x.exp()` is `ops.exp(x)`. Each one is a small class derived from
+# `minips.autograd.Function`, with a `forward` (NumPy in, NumPy out) and a `backward` (the
+# chain rule, written by hand next to it). Here is the multiplication, printed from the
+# library itself:
 
 # %%
 print(inspect.getsource(ops.Mul))
@@ -67,6 +68,12 @@ print(inspect.getsource(ops.Mul))
 # `Function.apply` (in `minips/autograd.py`) runs `forward` on the arrays and, if any input
 # requires a gradient, returns a new tensor that remembers the node (`tensor._fn`); the node
 # remembers its inputs (`fn.inputs`). That chain of references *is* the graph.
+#
+# The files build on each other in one direction: `tensor.py` (the Tensor alone) <-
+# `autograd.py` (Function, backward) <- `ops.py` (the operations). The operators `+ - * / @`
+# and methods like `.exp()` and `.backward()` need the layers above `tensor.py`, so they are
+# bound onto the Tensor class in one small file on top, `minips/tensor_methods.py`, which
+# `import minips` runs. No file imports one above it.
 
 # %%
 w = mp.tensor([[0.5, -1.0, 2.0]], requires_grad=True)
