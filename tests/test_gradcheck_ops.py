@@ -57,6 +57,7 @@ def test_matmul(n, k, m, batch, seed):
     gradcheck(ops.matmul, [arr(a_shape, seed), arr((k, m), seed + 1)])
     gradcheck(ops.matmul, [arr((k,), seed), arr((k, m), seed + 1)])  # vector @ matrix
     gradcheck(ops.matmul, [arr((n, k), seed), arr((k,), seed + 1)])  # matrix @ vector
+    gradcheck(ops.matmul, [arr((k,), seed), arr((k,), seed + 1)])  # vector @ vector (a scalar)
 
 
 @SETTINGS
