@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Algorithm, StepContext
+from .overlap_local_sgd import OverlapLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .sync import OverlapSyncSGD, SyncSGD
@@ -29,6 +30,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
     "pseudo-sync": PseudoSyncSGD,
+    "overlap-local-sgd": OverlapLocalSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
