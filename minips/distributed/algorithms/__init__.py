@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .adaptive_batch import AdaptiveBatchLocalSGD
 from .base import Algorithm, StepContext
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
+from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
 
 __all__ = ["ALGORITHMS", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
@@ -29,6 +31,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
     "pseudo-sync": PseudoSyncSGD,
+    "stl-sgd": STLSGD,
+    "adaptive-batch": AdaptiveBatchLocalSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
