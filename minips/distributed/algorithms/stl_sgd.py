@@ -38,8 +38,7 @@ def average_and_distance(algo: Algorithm) -> float:
 
 
 class STLSGD(Algorithm):
-    """STL-SGD: local SGD in stages; each stage halves the learning rate,
-    doubles its length and lengthens the communication period.
+    """STL-SGD: local SGD in stages that halve the lr, double in length and lengthen the period.
 
     Pseudo-code (stage s = 0, 1, ...; ``opt`` is this rank's optimizer, with
     its own momentum buffer)::
