@@ -162,7 +162,11 @@ def save_trainer(trainer, path) -> None:
     error = None
     if comm.rank == 0:
         state = {
-            "step": trainer.global_step, "world_size": comm.size, "per_rank": per_rank,
+            "step": trainer.global_step,
+            # (epoch, next loader batch): not divmod(step, steps per epoch) when a
+            # step consumes several batches (Algorithm.batches_per_step)
+            "position": list(trainer.position or divmod(trainer.global_step, trainer.steps_per_epoch)),
+            "world_size": comm.size, "per_rank": per_rank,
             "config": json.dumps(dataclasses.asdict(trainer.cfg)),
             "rng": rng_states,
             "history": json.dumps(trainer.history),
@@ -226,6 +230,8 @@ def restore_trainer(trainer, path) -> None:
     algo.load_state_dict(mine["algorithm"])
     mrandom.set_state(json.loads(state["rng"][comm.rank]))
     trainer.global_step = int(state["step"])
+    if "position" in state:  # older checkpoints: the position is divmod(step, steps per epoch)
+        trainer.position = tuple(int(v) for v in state["position"])
     trainer.history = json.loads(state["history"])
     trainer.trace_rows = json.loads(state["trace"])
 

@@ -145,6 +145,7 @@ class Trainer:
                 raise ConfigError(f"cannot create the output directory {out}: {e.strerror}; "
                                   "give --out a directory you can write") from None
         self.global_step = 0
+        self.position = None  # (epoch, next batch) once known; None: from global_step
         self.history: list[dict] = []
         self.last_eval: dict = {}
         self.trace_rows: list[dict] = []
@@ -190,21 +191,27 @@ class Trainer:
         """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None)."""
         cfg = self.cfg
         samples, stopped = 0, None
-        start_epoch, start_batch = divmod(self.global_step, self.steps_per_epoch)
+        # Where in the data the run stands: (epoch, next loader batch). A step
+        # consumes algo.batches_per_step() batches (1 for most algorithms, so
+        # the position is divmod(step, steps_per_epoch)); an epoch ends when
+        # fewer batches are left than the next step needs.
+        start_epoch, start_batch = self.position or divmod(self.global_step, self.steps_per_epoch)
         for epoch in range(start_epoch, cfg.epochs):
             self.loader.set_epoch(epoch)
             t_epoch = time.perf_counter()
             losses = []
             t_step = time.perf_counter()
-            for b, batch in enumerate(self.loader.batches(start_batch), start=start_batch):
-                if b >= self.steps_per_epoch:
-                    break
-                loss = self._train_step(batch, epoch)
+            batches, b = self.loader.batches(start_batch), start_batch
+            while b + self.algo.batches_per_step() <= self.steps_per_epoch:
+                group = [next(batches) for _ in range(self.algo.batches_per_step())]
+                b += len(group)
+                self.position = (epoch, b)
+                loss = self._train_step(group, epoch)
                 now = time.perf_counter()
                 self.step_times.append(now - t_step)  # whole iteration, data slicing included
                 t_step = now
                 losses.append(loss)
-                samples += self.task.samples(batch)
+                samples += sum(self.task.samples(batch) for batch in group)
                 row = None
                 if cfg.trace:
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
@@ -226,7 +233,8 @@ class Trainer:
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
                     self.save_checkpoint(out / rundir.CHECKPOINT)
                 if self.global_step >= self.total_steps:
-                    stopped = "max_steps" if self.global_step < self.steps_per_epoch * cfg.epochs else None
+                    data_left = epoch < cfg.epochs - 1 or b + self.algo.batches_per_step() <= self.steps_per_epoch
+                    stopped = "max_steps" if data_left else None
                     break
                 if stopper.should_stop():
                     stopped = "signal"
@@ -309,15 +317,19 @@ class Trainer:
         from .checkpoint import save_trainer
         save_trainer(self, path)
 
-    def _train_step(self, batch, epoch: int = 0) -> float:
+    def _train_step(self, group: list, epoch: int = 0) -> float:
+        """One step on ``group``, the ``algo.batches_per_step()`` loader batches
+        it consumes: their gradients (each split into ``algo.micro_batches()``
+        parts) accumulate into one mean gradient, then ``algo.step()``."""
         algo = self.algo
         lr = algo.adjust_lr(self.schedule(self.global_step))
         self.optimizer.lr = lr
-        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=self.task.samples(batch))
+        samples = sum(self.task.samples(batch) for batch in group)
+        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=samples)
         timer = algo.timer
         sent = self._bytes_sent()
         n = algo.micro_batches()
-        parts = [batch] if n == 1 else _split_batch(batch, n)
+        parts = [part for batch in group for part in ([batch] if n == 1 else _split_batch(batch, n))]
         values = []
         with algo.compute_point():
             for i, part in enumerate(parts):
@@ -328,8 +340,8 @@ class Trainer:
                     self._diverged(values[-1])
                 if i == 0:
                     algo.before_backward()
-                if n > 1:  # the step's gradient is the mean over the micro-batches
-                    loss = loss * (1.0 / n)
+                if len(parts) > 1:  # the step's gradient is the mean over its parts
+                    loss = loss * (1.0 / len(parts))
                 with timer.phase("backward"):
                     loss.backward()
         algo.ctx.loss = value = float(np.mean(values))

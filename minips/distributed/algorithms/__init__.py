@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .adaptive_batch import AdaptiveBatchLocalSGD
 from .base import Algorithm, StepContext
 from .overlap_local_sgd import OverlapLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
+from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
 
 __all__ = ["ALGORITHMS", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
@@ -30,6 +32,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
     "pseudo-sync": PseudoSyncSGD,
+    "stl-sgd": STLSGD,
+    "adaptive-batch": AdaptiveBatchLocalSGD,
     "overlap-local-sgd": OverlapLocalSGD,
 }
 

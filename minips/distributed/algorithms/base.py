@@ -24,6 +24,7 @@ What the Trainer tells an algorithm before each :meth:`step`:
 samples in this rank's batch). What an algorithm may change: the learning rate
 (:meth:`adjust_lr`), its rank's batch size (:meth:`batch_size`), the number of
 micro-batches whose gradients one step accumulates (:meth:`micro_batches`),
+the number of loader batches one step consumes (:meth:`batches_per_step`),
 and the optimizer step itself (override :meth:`apply_update`).
 """
 from __future__ import annotations
@@ -255,6 +256,17 @@ class Algorithm:
         """How many micro-batches this step's gradient accumulates (1 = the
         whole batch at once). Algorithms that post requests from gradient hooks
         must keep 1."""
+        return 1
+
+    def batches_per_step(self) -> int:
+        """How many consecutive loader batches the next step consumes (default 1).
+        The Trainer accumulates their gradients into one step (each batch's loss
+        scaled by 1/m, so the gradient is the mean over the m*b samples;
+        :meth:`before_backward` runs once, before the first backward). Read
+        before every step, so it may change during training (adaptive batch
+        sizes), but every rank must return the same m. An epoch ends when fewer
+        than m batches are left; the learning-rate schedule and ``--max-steps``
+        count steps, not batches."""
         return 1
 
     # --- helpers for subclasses --------------------------------------------------------
