@@ -30,6 +30,11 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
     overlap = None
     if trainer.comm_alone_s:
         overlap = max(0.0, 1.0 - breakdown["wait"] / trainer.comm_alone_s)
+    # Samples per step over all ranks, as trained (an algorithm may grow the
+    # batch, e.g. adaptive batch sizes): the configured batch x P otherwise.
+    steps_here = max(1, len(trainer.step_times))
+    samples_per_step = comm.allreduce_scalar(float(samples)) / steps_here if samples else \
+        comm.allreduce_scalar(float(trainer.batch_size))
     sent = comm.allgather(int(sum(trainer.step_bytes)))
     steps_run = max(1, len(trainer.step_bytes))
     last = trainer.last_eval
@@ -44,10 +49,11 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
         "world_size": comm.size, "seed": cfg.seed, "epochs": len(trainer.history),
         "epochs_planned": cfg.epochs,
         "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
-        "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)), "lr": cfg.lr,
+        "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)),
+        "samples_per_step": samples_per_step, "lr": cfg.lr,
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "wall_time_s": wall,
-        "images_per_s": comm.allreduce_scalar(trainer.batch_size) / step_time,
+        "images_per_s": samples_per_step / step_time,
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
         "time_breakdown": breakdown, "step_time_s": step_time,
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
