@@ -313,7 +313,8 @@ class Trainer:
         algo = self.algo
         lr = algo.adjust_lr(self.schedule(self.global_step))
         self.optimizer.lr = lr
-        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=self.task.samples(batch))
+        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=self.task.samples(batch),
+                                  planned_steps=self.steps_per_epoch * self.cfg.epochs)
         timer = algo.timer
         sent = self._bytes_sent()
         n = algo.micro_batches()

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .local_sgd import LocalSGD
+from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .sync import OverlapSyncSGD, SyncSGD
@@ -29,6 +32,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
     "pseudo-sync": PseudoSyncSGD,
+    "local-sgd": LocalSGD,
+    "post-local-sgd": PostLocalSGD,
+    "aperiodic-local-sgd": AperiodicLocalSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
