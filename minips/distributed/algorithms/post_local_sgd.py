@@ -124,6 +124,10 @@ class PostLocalSGD(LocalSGD):
         self.apply_update(g)                             # every rank: the same update from the same w
         self.end_step()
 
+    def report(self) -> dict:
+        """summary.json: the switch step that ran (the default -1 resolved)."""
+        return {"switch_at_step": self._switch}
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "switch_step": -1 if self._switch is None else self._switch}
 
