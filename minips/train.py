@@ -325,7 +325,8 @@ class Trainer:
         lr = algo.adjust_lr(self.schedule(self.global_step))
         self.optimizer.lr = lr
         samples = sum(self.task.samples(batch) for batch in group)
-        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=samples)
+        algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=samples,
+                                  planned_steps=self.steps_per_epoch * self.cfg.epochs)
         timer = algo.timer
         sent = self._bytes_sent()
         n = algo.micro_batches()

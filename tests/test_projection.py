@@ -131,3 +131,21 @@ def test_profile_checks_and_from_summary():
     assert p.other == pytest.approx(0.1 - 0.088)
     assert p.compute == pytest.approx(0.03 + 0.04 + 0.002 + 0.012)
     assert math.isclose(p.predict, 0.01)
+
+
+def test_local_update_methods_pay_one_weight_allreduce_per_average():
+    """local-sgd: compute + A / H (2 A / H when the momentum buffers are averaged
+    too); post-local-sgd: half the run synchronous by default, steady state after
+    an explicit switch step; aperiodic-local-sgd: averages per step over the
+    first 16 rounds of a growing schedule, or over an explicit list's span."""
+    a4 = 6e-6 + 1.5e-3  # ring allreduce of 1 MB over 4 nodes at 1 us, 1 GB/s
+    assert step_time("local-sgd:period=4", PROF, 4, NET) == pytest.approx(0.05 + a4 / 4)
+    assert step_time("local-sgd:period=4:average-momentum=true", PROF, 4, NET) == pytest.approx(0.05 + a4 / 2)
+    assert step_time("local-sgd:period=4", PROF, 1, NET) == pytest.approx(0.05)
+    assert step_time("post-local-sgd:period=16", PROF, 4, NET) == pytest.approx(0.05 + a4 / 2 + a4 / 32)
+    assert step_time("post-local-sgd:period=16:switch-step=100", PROF, 4, NET) == pytest.approx(0.05 + a4 / 16)
+    assert step_time("aperiodic-local-sgd:schedule=10+20+40", PROF, 4, NET) == pytest.approx(0.05 + a4 * 3 / 40)
+    # h0 = 2, gamma = 1: gaps 2, 4, ..., 32; 16 averages in 2 * (1 + ... + 16) = 272 steps
+    assert step_time("aperiodic-local-sgd:h0=2:gamma=1", PROF, 4, NET) == pytest.approx(0.05 + a4 * 16 / 272)
+    assert step_time("aperiodic-local-sgd:h0=4:gamma=0", PROF, 4, NET) == pytest.approx(
+        step_time("local-sgd:period=4", PROF, 4, NET))

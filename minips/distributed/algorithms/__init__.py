@@ -16,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .adaptive_batch import AdaptiveBatchLocalSGD
+from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
+from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .stl_sgd import STLSGD
@@ -32,6 +35,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "sync": SyncSGD,
     "overlap-sync": OverlapSyncSGD,
     "pseudo-sync": PseudoSyncSGD,
+    # model averaging (local updates)
+    "local-sgd": LocalSGD,
+    "post-local-sgd": PostLocalSGD,
+    "aperiodic-local-sgd": AperiodicLocalSGD,
     "stl-sgd": STLSGD,
     "adaptive-batch": AdaptiveBatchLocalSGD,
     "overlap-local-sgd": OverlapLocalSGD,

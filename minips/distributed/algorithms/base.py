@@ -72,12 +72,18 @@ class StepContext:
         lr: the learning rate of this step (after :meth:`Algorithm.adjust_lr`).
         samples: samples in this rank's batch (for weighted averages when ranks
             use different batch sizes).
+        planned_steps: the steps the run is planned for (epochs x steps per
+            epoch, the learning-rate schedule's span; --max-steps may stop a run
+            earlier, and a resumed run keeps the same value); 0 = unknown (an
+            algorithm driven outside the Trainer). E.g. post-local SGD's default
+            switch point is half of it.
     """
     step: int = 0
     epoch: int = 0
     loss: float = float("nan")
     lr: float = 0.0
     samples: int = 0
+    planned_steps: int = 0
 
 
 class Algorithm:

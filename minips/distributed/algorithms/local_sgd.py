@@ -1,0 +1,127 @@
+"""Local SGD (periodic model averaging): every rank steps on its own, and every
+H steps the ranks average their weights.
+
+Lin, Stich, Patel & Jaggi, "Don't Use Large Mini-Batches, Use Local SGD",
+ICLR 2020 (arXiv:1808.07217; code github.com/epfml/LocalSGD-Code), and
+Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019
+(arXiv:1805.09767).
+
+The averaging step is shared with post-local SGD (:mod:`.post_local_sgd`) and
+aperiodic local SGD (:mod:`.aperiodic_local_sgd`), which subclass
+:class:`LocalSGD` and only change *when* the ranks average.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .base import Algorithm
+
+__all__ = ["LocalSGD"]
+
+_LOCAL_SGD_PAPER = ("T. Lin, S. U. Stich, K. K. Patel, M. Jaggi, Don't Use Large Mini-Batches, Use Local SGD, "
+                    "ICLR 2020 (arXiv:1808.07217); S. U. Stich, Local SGD Converges Fast and Communicates Little, "
+                    "ICLR 2019 (arXiv:1805.09767)")
+
+
+class LocalSGD(Algorithm):
+    """Local SGD: local optimizer steps, the weights averaged every H steps.
+
+    Pseudo-code (Lin et al. 2020, Algorithm 1; rank i, step t = 0, 1, ...)::
+
+        g_i   = gradient of rank i's mini-batch at w_i
+        w_i   = opt_i(w_i, g_i)                 # own momentum buffer v_i, no communication
+        if (t + 1) mod H == 0:                  # H local steps done
+            w_i = (1/P) sum_j w_j               # one Allreduce of the d weights
+            [v_i = (1/P) sum_j v_j]             # average-momentum=true: one more Allreduce
+
+    Options (spec ``local-sgd:period=8:average-momentum=true``):
+        period: H >= 1 steps between averages (default 8).
+        average_momentum: also average the momentum buffers (default false, as
+            PyTorch's post-local SGD, which averages the weights only).
+
+    H = 1 is synchronous SGD in exact arithmetic, with or without
+    average-momentum: all ranks hold the same w, so the averaged weights are
+    ``w - lr * mean_i(v_i)``, and ``mean_i(v_i)`` obeys the same recursion as
+    sync's buffer ``V = mu V + mean_i(g_i)`` (the optimizer step is linear in
+    v and g; weight decay and Nesterov too, since w is common). Without
+    average-momentum the per-rank buffers differ from sync's but their mean
+    equals it; with it each rank's buffer is sync's. In float32 both agree
+    with sync to summation rounding (tests/test_local_sgd.py).
+
+    Logged per step (trace.csv): ``period`` (the current H) and, on the steps
+    that average, ``consensus_before_avg`` = ``(1/P) sum_i ||w_i - mean w||^2``
+    just before the average (computed from the allreduced mean: one scalar
+    allreduce, timed as the phase ``consensus``). The average is timed as
+    ``average``.
+    """
+
+    name = "local-sgd"
+    family = "model averaging"
+    paper = _LOCAL_SGD_PAPER
+    POSITIONAL = ("period",)
+
+    @dataclass
+    class Options:
+        period: int = field(default=8, metadata={"help": "H: local steps between weight averages", "unit": "steps"})
+        average_momentum: bool = field(default=False, metadata={
+            "help": "also average the momentum buffers (one more allreduce of d floats)"})
+
+        def validate(self):
+            if self.period < 1:
+                raise ValueError(f"period must be >= 1 (H steps between averages; 1 = every step), got {self.period}")
+
+    @classmethod
+    def keeps_replicas(cls, options) -> bool:
+        return False  # between averages each rank holds its own weights
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
+        """``T = compute + k * A(d) / H``: compute every step (nothing overlaps,
+        so phi does not matter), one blocking allreduce of the weights (as many
+        bytes as the gradient) every H steps, k = 2 with average-momentum.
+        Ignores the 8-byte consensus scalar."""
+        k = 2 if options.average_momentum else 1
+        return profile.compute + k * net.allreduce_time(profile.grad_bytes, P) / options.period
+
+    @classmethod
+    def default_label(cls, options) -> str:
+        return f"{cls.name}:period={options.period}"
+
+    def setup(self) -> None:
+        self._mean = np.empty_like(self.flat.weights)  # the allreduce buffer of the average
+
+    # --- when to average (subclasses change this) -------------------------------------
+    def period_now(self) -> int:
+        """The communication period in force at this step (logged as ``period``)."""
+        return self.options.period
+
+    def averages_after(self, t: int) -> bool:
+        """Whether the ranks average after the t-th local step (t = 1, 2, ...)."""
+        return t % self.options.period == 0
+
+    # --- the step ---------------------------------------------------------------------
+    def step(self) -> None:
+        self.log = {"period": self.period_now()}
+        self.apply_update(self.flat.grads[0])          # w_i = opt_i(w_i, g_i): a local step
+        if self.averages_after(self.step_count + 1):   # H local steps since the last average
+            self.average_model()
+        self.end_step()
+
+    def average_model(self) -> None:
+        """``w_i = mean_j w_j`` (and the momentum buffers with average-momentum);
+        logs the consensus distance just before it."""
+        w, mean = self.flat.weights, self._mean
+        with self.timer.phase("average"):
+            mean[...] = w                               # keep w_i: the consensus needs it
+            self.comm.allreduce(mean)
+            self.average(mean)
+            v = self.optimizer.buffers[0]               # None until the first step with momentum
+            if self.options.average_momentum and v is not None:
+                self.comm.allreduce(v)
+                self.average(v)
+        with self.timer.phase("consensus"):             # a diagnostic: 8 bytes
+            diff = (w - mean).astype(np.float64)
+            self.log["consensus_before_avg"] = self.comm.allreduce_scalar(float(diff @ diff)) / self.comm.size
+        w[...] = mean
