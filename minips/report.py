@@ -28,7 +28,7 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
     step_time = comm.allreduce_scalar(float(np.mean(times)), "max")
     # Overlap efficiency = 1 - wait / (allreduce time when nothing else runs).
     overlap = None
-    if trainer.comm_alone_s:
+    if trainer.comm_alone_s and algo.gradient_allreduce_per_step:
         overlap = max(0.0, 1.0 - breakdown["wait"] / trainer.comm_alone_s)
     # Samples per step over all ranks, as trained (an algorithm may grow the
     # batch, e.g. adaptive batch sizes): the configured batch x P otherwise.

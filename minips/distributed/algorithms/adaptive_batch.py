@@ -82,6 +82,7 @@ class AdaptiveBatchLocalSGD(Algorithm):
 
     name = "adaptive-batch"
     family = "model averaging"
+    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = ("T. T.-K. Lau, W. Li, C. Xu, H. Liu, M. Kolar, Communication-Efficient Adaptive Batch Size "
              "Strategies for Distributed Local Gradient Methods, arXiv:2406.13936 (2024)")
 

@@ -115,6 +115,10 @@ class Algorithm:
     family = "gradient averaging"
     #: the paper (or source) the update rule follows; "reconstruction" if its text was unavailable
     paper = ""
+    #: whether "overlap efficiency = 1 - wait / (whole-gradient allreduce alone)"
+    #: describes this algorithm: True when it allreduces the whole gradient every
+    #: step (model averaging communicates every H steps: the summary omits it)
+    gradient_allreduce_per_step = True
     #: option names that a spec may give positionally (``NAME:V1:V2``)
     POSITIONAL: tuple = ()
     Options = NoOptions

@@ -59,6 +59,7 @@ class LocalSGD(Algorithm):
 
     name = "local-sgd"
     family = "model averaging"
+    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = _LOCAL_SGD_PAPER
     POSITIONAL = ("period",)
 

@@ -97,6 +97,7 @@ class OverlapLocalSGD(Algorithm):
 
     name = "overlap-local-sgd"
     family = "model averaging"
+    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = ("J. Wang, H. Liang, G. Joshi, Overlap Local-SGD: An Algorithmic Approach to Hide Communication "
              "Delays in Distributed SGD, ICASSP 2020 (arXiv:2002.09539)")
     POSITIONAL = ("period",)

@@ -77,6 +77,7 @@ class STLSGD(Algorithm):
 
     name = "stl-sgd"
     family = "model averaging"
+    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = ("S. Shen, Y. Cheng, J. Liu, L. Xu, STL-SGD: Speeding Up Local SGD with Stagewise Communication "
              "Period, AAAI 2021, arXiv:2006.06377")
 
