@@ -2,8 +2,10 @@
 
 ``python -m minips plot RUN_DIR [RUN_DIR ...] --out DIR`` draws, for runs
 written by ``train`` or ``compare``: test accuracy per epoch and against wall
-time, the stacked per-step timing breakdown, and the per-step training loss and
-predictor diagnostics (lambda, forecast cosine) from ``trace.csv``.
+time, the stacked per-step timing breakdown, the per-step training loss and
+predictor diagnostics (lambda, forecast cosine) from ``trace.csv``, and (when
+the runs counted their traffic) accuracy against MiB sent with the consensus
+distance of runs whose ranks hold different weights.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from .cli import subcommand
 from .rundir import find_runs, load_run
 from .timing import phase_names
 
-__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_runs"]
+__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs"]
 
 _COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
            "predict": "#CCB974", "update": "#64B5CD"}
@@ -119,6 +121,48 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     plt.close(fig)
 
 
+def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
+    """Left: the final ``metric`` against the MiB each rank sent during
+    training (mean over ranks; log scale), one labelled point per run.
+    Right, when runs let ranks hold different weights: the consensus distance
+    ``(1/P) sum_i ||w_i - mean w||^2`` against the step (from trace.csv).
+    Returns False (and writes nothing) when no run recorded its traffic."""
+    pts = [(sum(r["summary"]["bytes_sent_per_rank"]) / len(r["summary"]["bytes_sent_per_rank"]) / 2**20,
+            r["summary"].get(metric), r["name"]) for r in runs if r["summary"].get("bytes_sent_per_rank")]
+    pts = [(x, y, n) for x, y, n in pts if x > 0 and y is not None]
+    if not pts:
+        return False
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for x, y, name in pts:
+        a.scatter([x], [y], s=30)
+        a.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    a.set_xscale("log")
+    a.set_xlabel("MiB sent per rank during training (log scale)")
+    a.set_ylabel(f"final {metric.replace('_', ' ')}")
+    a.set_title("accuracy against traffic")
+    a.grid(alpha=0.3, which="both")
+    for r in runs:
+        rows = [(int(t["step"]), float(t["consensus_distance"])) for t in r["trace"]
+                if t.get("consensus_distance") not in (None, "")]
+        if rows:
+            b.plot([s for s, _ in rows], [c for _, c in rows], marker=".", label=r["name"])
+    if b.lines:
+        b.set_yscale("log")
+        b.set_xlabel("step")
+        b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
+        b.set_title("how far the ranks' models drift apart")
+        b.grid(alpha=0.3, which="both")
+        b.legend(fontsize=7)
+    else:
+        b.text(0.5, 0.5, "every run kept its ranks identical", ha="center", transform=b.transAxes)
+        b.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot_runs(run_dirs, out_dir) -> list[Path]:
     """All figures for these runs into ``out_dir``; returns the files written.
     A directory without ``summary.json`` stands for the runs in its
@@ -131,10 +175,12 @@ def plot_runs(run_dirs, out_dir) -> list[Path]:
     plot_accuracy(runs, files[0], metric)
     plot_breakdown(runs, files[1])
     plot_trace(runs, files[2])
+    if plot_traffic(runs, out / "traffic.png", metric):
+        files.append(out / "traffic.png")
     return files
 
 
-@subcommand("plot", help="figures (accuracy, timing breakdown, trace) from run directories")
+@subcommand("plot", help="figures (accuracy, timing breakdown, trace, traffic) from run directories")
 def _add_plot_arguments(p):
     p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
                    "stands for all its runs)")
