@@ -114,6 +114,9 @@ def load(path) -> dict:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.is_dir():
+        hint = f", e.g. {path / 'checkpoint.h5'}" if (path / "checkpoint.h5").exists() else ""
+        raise CheckpointError(f"{path} is a directory: pass the checkpoint file{hint}")
     try:
         with h5py.File(path, "r") as f:
             version = f.attrs.get("minips_checkpoint_version")

@@ -154,7 +154,10 @@ def cmd_algorithms(args) -> int:
         for o in r["options"]:
             unit = f" {o['unit']}" if o["unit"] else ""
             default = o["default"] if o["default"] not in ({}, None) else "-"
-            print(f"    {o['name']:<18} {o['type']:<6} default {default}{unit}  {o['help']}")
+            choices = f" (one of {', '.join(map(str, o['choices']))})" if o["choices"] else ""
+            print(f"    {o['name']:<18} {o['type']:<6} default {default}{unit}  {o['help']}{choices}")
+        for variant, opts in r["extra_options"].items():
+            print(f"      {variant}: " + (", ".join(f"{k}={v}" for k, v in opts.items()) or "no options"))
         if not r["options"]:
             print("    (no options)")
         print(f"    paper: {r['paper'] or '-'}\n")

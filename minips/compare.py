@@ -89,21 +89,32 @@ def markdown_table(summaries: list[dict]) -> str:
     if any(s.get("bleu") is not None for s in summaries):
         metric_cols = [("bleu", "BLEU"), ("exact_match", "exact match"), ("test_loss", "test loss")]
     head = ["algorithm", *[c for _, c in metric_cols], "images/s", "step ms", "compute ms", "wait ms",
-            "overlap eff.", "MiB sent/step", "wall s"]
+            "own ms", "overlap eff.", "MiB sent/step", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         b = s["time_breakdown"]
         eff = s.get("overlap_efficiency")
         row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols], f"{s['images_per_s']:.0f}",
                f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
-               f"{1e3 * b['wait']:.2f}", "n/a" if eff is None else f"{eff:.2f}", _mib(s.get("bytes_sent_per_step")),
+               f"{1e3 * b['wait']:.2f}", f"{1e3 * _own(b):.2f}", "n/a" if eff is None else f"{eff:.2f}",
+               _mib(s.get("bytes_sent_per_step")),
                f"{s['wall_time_s']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "compute = forward + backward; own = the algorithm's own phases (predict, average, consensus, "
+              "...); overlap eff. = 1 - wait / (blocking allreduce of the gradient alone), for algorithms that "
+              "allreduce the gradient every step; MiB sent/step = per rank, mean over ranks and steps."]
     return "\n".join(lines)
 
 
 def _fmt(v):
     return "n/a" if v is None else f"{v:.4f}"
+
+
+def _own(breakdown: dict) -> float:
+    """Seconds per step of the algorithm's own phases: everything but compute
+    (forward, backward), the optimizer (update) and post/wait (e.g. predict,
+    average, consensus, compress, mix)."""
+    return sum(v for k, v in breakdown.items() if k not in ("forward", "backward", "update", "post", "wait"))
 
 
 def _mib(v):
@@ -152,6 +163,13 @@ def _add_compare_arguments(p):
 
 
 def _cmd_compare(args) -> int:
+    from .config import ConfigError
+    # compare names its runs by --algos and starts each from scratch: these train
+    # flags would be ignored, so they are refused
+    for flag, why in (("algo", "list the algorithms in --algos"), ("label", "label an entry with SPEC@LABEL"),
+                      ("resume", "resume one run with train --resume")):
+        if getattr(args, flag, None) is not None:
+            raise ConfigError(f"compare does not take --{flag}: {why}")
     cfg = config_from_args(args)
     run_compare(cfg, parse_algos(args.algos), cfg.out)
     return 0

@@ -38,14 +38,15 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
     sent = comm.allgather(int(sum(trainer.step_bytes)))
     steps_run = max(1, len(trainer.step_bytes))
     last = trainer.last_eval
-    describe = getattr(trainer.sampler, "describe", None)
+    # every rank's shard (its size and class counts), not only rank 0's
+    shards = comm.allgather(trainer.sampler.describe())
     out = {
         "label": cfg.label or spec.run_label,
         "model": cfg.model, "data": cfg.data, "algo": spec.name, "algo_spec": spec.text,
         "algo_options": spec.options_dict(), "family": spec.cls.family, "replicated": algo.replicated,
         "predictor": None, "staleness": None, "predictor_options": None,
         **algo.report(),
-        "partition": describe() if describe else cfg.partition,
+        "partition": {"spec": cfg.partition, "ranks": shards},
         "world_size": comm.size, "seed": cfg.seed, "epochs": len(trainer.history),
         "epochs_planned": cfg.epochs,
         "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
@@ -84,7 +85,7 @@ def format_breakdown(summary: dict) -> str:
     emulated = f" [EMULATED network: {summary['network']}]" if summary["network_emulated"] else ""
     lines = [f"timing per step (mean over steps and ranks){emulated}:"]
     for k in _ordered(b):
-        if k in PHASES or b[k] > 0:
+        if k in ("forward", "backward", "wait", "update") or b[k] > 0:
             lines.append(f"  {k:<9}{b[k] * 1e3:9.2f} ms  {100 * b[k] / step:5.1f}%")
     other = step - sum(b.values())
     lines.append(f"  {'other':<9}{other * 1e3:9.2f} ms  {100 * other / step:5.1f}%  (data, logging)")

@@ -128,6 +128,21 @@ class Trainer:
                       f"{self.threads} Numba threads per rank may run much slower than 1: "
                       "set NUMBA_NUM_THREADS=1 if steps are slow")
 
+    def _warn_unseen_classes(self) -> None:
+        """With a non-IID partition, say which classes no rank trains on (e.g.
+        by-class:2 on 2 ranks covers 4 of 10): a test accuracy near the share of
+        classes seen is then expected, not a bug."""
+        if self.cfg.partition == "iid":
+            return
+        counts = self.comm.allgather(self.sampler.describe().get("class_counts") or {})
+        seen = set().union(*counts)
+        labels = self.task.train_arrays[1]
+        every = {str(c) for c in np.unique(labels)} if np.ndim(labels) == 1 else seen
+        missing = sorted(every - seen, key=lambda c: (len(c), c))
+        if missing:
+            self._say(f"note: with --partition {self.cfg.partition} on {self.comm.size} rank(s) no rank trains on "
+                      f"class(es) {', '.join(missing)} ({len(seen)} of {len(every)} classes are seen)")
+
     def _say(self, msg: str) -> None:
         if self.comm.rank == 0 and not self.cfg.quiet:
             print(msg, flush=True)
@@ -155,6 +170,7 @@ class Trainer:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
         self._warn_if_busy()
+        self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "
                   f"{self.batch_size * comm.size}; {self.total_steps} steps"

@@ -13,7 +13,8 @@ MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", 
 
 @pytest.mark.parametrize("algos,message", [
     ("sync,psuedo-sync", "--algos entry 'psuedo-sync': unknown algorithm 'psuedo-sync'; choose one of sync"),
-    ("sync,pseudo-sync:adaptve", "--algos entry 'pseudo-sync:adaptve': unknown predictor 'adaptve'; choose one of"),
+    ("sync,pseudo-sync:adaptve",
+     "--algos entry 'pseudo-sync:adaptve': option predictor must be one of last, ema, holt, lookahead, adaptive"),
     ("sync,pseudo-sync:last:0", "--algos entry 'pseudo-sync:last:0': staleness must be >= 1"),
     ("sync,pseudo-sync,sync", "--algos entries 'sync' and 'sync' are the same run"),
 ])

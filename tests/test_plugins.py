@@ -16,7 +16,7 @@ from minips.distributed.algorithms import ALGORITHMS, describe_algorithms, parse
 from minips.distributed.costmodel import NetworkModel
 from minips.distributed.projection import StepProfile, project, step_time
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, run_cli, subprocess_env
 from .toy_algorithm import ToyDrift
 
 LAUNCH = str(Path(__file__).with_name("toy_launch.py"))
@@ -57,14 +57,22 @@ def test_spec_forms_resolve_to_the_same_options():
     c = resolve("pseudo-sync", defaults={"predictor": "adaptive", "staleness": 2, "bucket_mb": 9.0})
     assert a.options_dict() == b.options_dict() == c.options_dict()
     assert a.options.staleness == 2 and isinstance(a.options.staleness, int)
-    # the spec wins over a legacy flag; a flag an algorithm lacks is ignored
-    assert resolve("pseudo-sync:staleness=3", defaults={"staleness": 2}).options.staleness == 3
+    # a legacy flag fills what the spec leaves unset, must agree with what it sets,
+    # and is ignored by an algorithm without that option (compare passes it to every run)
+    assert resolve("pseudo-sync:staleness=3", defaults={"staleness": 3}).options.staleness == 3
+    with pytest.raises(ValueError, match="--staleness 2 conflicts with staleness=3 in the spec; give the option once"):
+        resolve("pseudo-sync:staleness=3", defaults={"staleness": 2})
+    with pytest.raises(ValueError, match=r"\[predictor_options\] sets rho = 0.5 but the spec says rho=0.9"):
+        resolve("pseudo-sync:rho=0.9", defaults={"predictor_options": {"rho": 0.5}})
+    assert resolve("pseudo-sync", defaults={"predictor_options": {"rho": 0.5}}).options.predictor_options == \
+        {"rho": 0.5}
     assert resolve("sync", defaults={"staleness": 2}).options_dict() == {}
     # unknown keys go to the predictor, typed like its arguments
     d = resolve("pseudo-sync:predictor=adaptive:rho=0.95:adapt-lambda=false")
     assert d.options.predictor_options == {"rho": 0.95, "adapt_lambda": False}
     assert resolve("overlap-sync:bucket-mb=4@ddp").label == "ddp"
     assert resolve("pseudo-sync").run_label == "pseudo-sync:adaptive"
+    assert resolve("pseudo-sync", defaults={"predictor": "last", "staleness": 2}).run_label == "pseudo-sync:last:2"
 
 
 @pytest.mark.parametrize("text,message", [
@@ -80,6 +88,10 @@ def test_spec_forms_resolve_to_the_same_options():
     ("pseudo-sync:staleness=2:staleness=3", "option 'staleness' given twice"),
     ("pseudo-sync:predictor=last:rho=0.9", "predictor 'last' has no option(s) rho"),
     ("pseudo-sync:predictor=adaptive:rho=high", "adaptive option rho must be a number"),
+    ("sync@a@b", "more than one '@'"),
+    ("overlap-sync:bucket-mb=nan", "option bucket-mb must be a finite number, got 'nan'"),
+    ("pseudo-sync:predictor=oracle", "option predictor must be one of last, ema, holt, lookahead, adaptive"),
+    ("pseudo-sync:predictor=adaptive:eps=0", "eps must be in (0, 1e-3), got 0"),
 ])
 def test_bad_specs_say_what_to_write(text, message):
     with pytest.raises(ValueError) as e:
@@ -213,13 +225,30 @@ def test_partition_reaches_the_sampler_and_the_summary(tmp_path):
     """--partition by-class:3 on 2 ranks: each rank trains on 3 classes (recorded
     in summary.json by rank 0); a bad partition is a one-line error."""
     out = tmp_path / "p"
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP, "--algo", "sync",
+    loud = [a for a in MLP if a != "--quiet"]  # the note about unseen classes is printed
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *loud, "--algo", "sync",
                         "--max-steps", "3", "--partition", "by-class:3", "--out", str(out)],
                        capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     part = json.loads((out / "summary.json").read_text())["partition"]
-    assert part["partition"] == "by-class:3" and len(part["class_counts"]) == 3
+    assert part["spec"] == "by-class:3" and [len(r["class_counts"]) for r in part["ranks"]] == [3, 3]
+    assert "no rank trains on class(es) 6, 7, 8, 9 (6 of 10 classes are seen)" in r.stdout
     r = subprocess.run([sys.executable, "-m", "minips", "train", *MLP, "--partition", "byclass:2",
                         "--out", str(tmp_path / "bad")], capture_output=True, text=True, timeout=60,
                        env=subprocess_env(), cwd=ROOT)
     assert r.returncode == 2 and "unknown partition 'byclass:2'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compare_refuses_train_only_flags(tmp_path):
+    for flag, value, hint in (("--algo", "sync", "list the algorithms in --algos"),
+                              ("--label", "x", "label an entry with SPEC@LABEL"),
+                              ("--resume", "c.h5", "resume one run with train --resume")):
+        r = run_cli(["compare", *MLP, "--algos", "sync", flag, value, "--out", str(tmp_path / "c")])
+        assert r.returncode == 2 and f"compare does not take {flag}: {hint}" in r.stderr
+
+
+def test_resume_from_a_directory_names_the_file(tmp_path):
+    from minips.checkpoint import CheckpointError, load
+    (tmp_path / "checkpoint.h5").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=f"{tmp_path} is a directory: pass the checkpoint file, e.g. "):
+        load(tmp_path)

@@ -79,9 +79,12 @@ def _split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str 
     body, at, name = entry.partition("@")
     variant = name if at and name in variants else None
     try:
-        resolve(body if variant else entry)
+        spec = resolve(body if variant else entry)
     except ValueError as e:
         raise StudyError(f"{where}algos entry {entry!r}: {e}") from None
+    if variant and "predictor_options" not in spec.options_dict():
+        raise StudyError(f"{where}algos entry {entry!r}: [variants.{variant}] holds predictor options, but "
+                         f"{spec.name} has no predictor; drop @{variant} or use another label")
     return (body if variant else entry), variant
 
 
@@ -167,7 +170,7 @@ def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[Run
         if lr_name not in grid.lr:
             raise StudyError(f"no learning-rate setting {lr_name!r}; the grid has {', '.join(grid.lr)}")
         algo, variant = _split_entry(a, grid.variants)
-        flags = {**grid.train, **grid.lr[lr_name], "algo": algo, "seed": seed}
+        flags = {**grid.train, **grid.lr[lr_name], "algo": algo, "seed": seed, "label": a}
         opts = dict(grid.variants[variant]) if variant else {}
         out.append(RunSpec(P, lr_name, a, seed, flags, opts))
     return out

@@ -344,7 +344,7 @@ class Comm:
         """One line: ranks, nodes' ranks, MPI library, network (real or emulated)."""
         lib = "no MPI (one process)"
         if self.MPI is not None:
-            lib = self.MPI.Get_library_version().splitlines()[0].strip()
+            lib = " ".join(self.MPI.Get_library_version().splitlines()[0].split())
         net = f"EMULATED network {self.network}" if self.network else "real network"
         return (f"{self.size} rank(s), {self.local_size} on this node; {lib}; {net}; "
                 f"progress={self.progress_mode}")

@@ -161,6 +161,7 @@ def describe_algorithms() -> list[dict]:
     for name, cls in ALGORITHMS.items():
         defaults = build_options(cls)
         rows.append({"name": name, "family": cls.family, "replicated": cls.keeps_replicas(defaults),
-                     "options": option_rows(cls.Options), "positional": list(cls.POSITIONAL),
+                     "options": option_rows(cls.Options), "extra_options": cls.extra_options(),
+                     "positional": list(cls.POSITIONAL),
                      "paper": cls.paper, "summary": (cls.__doc__ or "").strip().splitlines()[0]})
     return rows

@@ -94,7 +94,8 @@ class AdaptiveBatchLocalSGD(Algorithm):
                                                             "sooner"})
         max_batch: int = field(default=0, metadata={"help": "largest per-rank batch (0 = 16 x --batch-size)",
                                                     "unit": "samples"})
-        lr_rule: str = field(default="constant", metadata={"help": "constant | linear (lr*b/b0) | sqrt"})
+        lr_rule: str = field(default="constant", metadata={"help": "constant | linear (lr*b/b0) | sqrt",
+                                                                 "choices": ("constant", "linear", "sqrt")})
 
         def validate(self):
             if self.period < 1:

@@ -320,6 +320,12 @@ class Algorithm:
         return f"{self.name} ({opts})" if opts else self.name
 
     @classmethod
+    def extra_options(cls) -> dict:
+        """Options that go to a part of the algorithm (its ``Options.EXTRA``
+        dict), by variant: ``{variant: {option: default}}`` (for the listing)."""
+        return {}
+
+    @classmethod
     def default_label(cls, options) -> str:
         """The run's name when none is given (tables, figures, folders)."""
         return cls.name

@@ -108,9 +108,11 @@ class OverlapLocalSGD(Algorithm):
                                                          "per round, applied a round later)", "unit": "steps"})
         alpha: float = field(default=0.5, metadata={"help": "pull coefficient of rule=pull: "
                                                             "w <- w - alpha (w - anchor)"})
-        rule: str = field(default="pull", metadata={"help": "pull (the paper) or delta "
-                                                            "(w <- average + local progress since the post)"})
+        rule: str = field(default="pull", metadata={
+            "choices": ("pull", "delta"),
+            "help": "pull (the paper) or delta (w <- average + local progress since the post)"})
         consensus: str = field(default="piggyback", metadata={
+            "choices": ("piggyback", "blocking", "off"),
             "help": "log the averaged weights' consensus distance: piggyback (in the next round's "
                     "allreduce, logged a round late), blocking (8-byte allreduce, on time) or off"})
 

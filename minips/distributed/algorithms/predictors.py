@@ -276,8 +276,10 @@ class AdaptivePredictor(Predictor):
         for nm, v in (("rho", rho), ("rho_l", rho_l)):
             if not 0 <= v < 1:
                 raise ValueError(f"adaptive: {nm} must be in [0, 1), got {v}")
-        if h_max <= 0:
+        if not h_max > 0:  # also refuses NaN
             raise ValueError(f"adaptive: h_max must be > 0, got {h_max}")
+        if not 0 < eps < 1e-3:  # it only guards a division; 0 divides by zero, a large eps biases h
+            raise ValueError(f"adaptive: eps must be in (0, 1e-3), got {eps} (default 1e-12)")
         if not 0 <= lambda0 <= 1:
             raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {lambda0}")
         self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps

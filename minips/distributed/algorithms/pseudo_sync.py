@@ -25,6 +25,7 @@ pending) and one that the next backward writes into.
 """
 from __future__ import annotations
 
+import inspect
 import typing
 from collections import deque
 from contextlib import contextmanager
@@ -74,11 +75,13 @@ class PseudoSyncSGD(Algorithm):
 
     @dataclass
     class Options:
-        predictor: str = field(default="adaptive", metadata={"help": "gradient predictor: " + ", ".join(PREDICTORS)})
+        predictor: str = field(default="adaptive", metadata={"help": "gradient predictor",
+                                                              "choices": tuple(PREDICTORS)})
         staleness: int = field(default=1, metadata={"help": "k: apply each averaged gradient k steps later",
                                                      "unit": "steps"})
         predictor_options: dict = field(default_factory=dict, metadata={
-            "help": "the predictor's options (any other key=value goes here, e.g. rho=0.95)"})
+            "help": "the predictor's options: write them as key=value in the spec (e.g. rho=0.95), "
+                    "or in a [predictor_options] TOML table"})
         EXTRA = "predictor_options"
 
         def validate(self):
@@ -89,11 +92,25 @@ class PseudoSyncSGD(Algorithm):
                 hints = typing.get_type_hints(PREDICTORS[self.predictor].__init__)
                 self.predictor_options = {k: convert_value(v, hints[k], f"{self.predictor} option {k}")
                                           if k in hints else v for k, v in self.predictor_options.items()}
-            make_predictor(self.predictor, self.staleness, **self.predictor_options)  # raises on a bad name/option
+            try:
+                make_predictor(self.predictor, self.staleness, **self.predictor_options)  # a bad name/option
+            except ValueError as e:
+                where = " (options come from the spec and the [predictor_options] table)"
+                raise ValueError(f"{e}{where if 'has no option' in str(e) else ''}") from None
 
     @classmethod
     def default_label(cls, options) -> str:
-        return f"{cls.name}:{options.predictor}"
+        k = f":{options.staleness}" if options.staleness != 1 else ""
+        return f"{cls.name}:{options.predictor}{k}"
+
+    @classmethod
+    def extra_options(cls) -> dict:
+        """Each predictor's options and defaults (what ``key=value`` may add)."""
+        out = {}
+        for name, pcls in PREDICTORS.items():
+            sig = inspect.signature(pcls.__init__)
+            out[name] = {n: p.default for n, p in sig.parameters.items() if n not in ("self", "staleness")}
+        return out
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:

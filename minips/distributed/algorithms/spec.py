@@ -16,7 +16,8 @@ VALUE is converted to the type of the option's field in the algorithm's
 ``Options`` dataclass (int, float, bool: true/false/1/0/yes/no, str).
 
 An algorithm's ``Options`` is a dataclass whose fields carry
-``metadata={"help": ..., "unit": ...}`` and whose ``validate()`` raises
+``metadata={"help": ..., "unit": ..., "choices": (...)}`` (choices: the only
+values allowed, checked here) and whose ``validate()`` raises
 ``ValueError`` naming the option and the fix. An ``Options`` class may name
 a dict field in ``EXTRA``: keys it does not know go into that dict (pseudo-sync
 passes them to its predictor, e.g. ``pseudo-sync:predictor=adaptive:rho=0.95``).
@@ -24,6 +25,7 @@ passes them to its predictor, e.g. ``pseudo-sync:predictor=adaptive:rho=0.95``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
 
@@ -59,6 +61,8 @@ def parse_spec(text: str) -> ParsedSpec:
     body, at, label = text.partition("@")
     if at and not label.strip():
         raise ValueError(f"algorithm spec {text!r}: nothing after '@'; write NAME[:key=value]...@LABEL")
+    if "@" in label:
+        raise ValueError(f"algorithm spec {text!r}: more than one '@'; a spec has at most one @LABEL")
     parts = body.split(":")
     name = parts[0].strip()
     if not name:
@@ -127,14 +131,19 @@ def convert_value(value, tp, where: str):
                 pass
         raise ValueError(f"{where} must be an integer, got {value!r}")
     if base is float:
+        out = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            out = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                out = float(value)
             except ValueError:
                 pass
-        raise ValueError(f"{where} must be a number, got {value!r}")
+        if out is None:
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(out):  # nan/inf pass float() but no option means them (and JSON cannot hold them)
+            raise ValueError(f"{where} must be a finite number, got {value!r}")
+        return out
     if base is dict:
         if isinstance(value, dict):
             return dict(value)
@@ -159,14 +168,14 @@ def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None =
     """The ``cls.Options`` instance for a spec, validated.
 
     Precedence: ``given`` (keyword options, e.g. from Python code) and the
-    spec's own options > ``defaults`` (legacy flags such as ``--staleness``,
-    applied only to options the class has and the spec did not set) > the
-    dataclass defaults.
+    spec's own options > ``defaults`` (older flags such as ``--staleness``,
+    applied only to options the class has and the spec did not set; a flag
+    that contradicts the spec is an error) > the dataclass defaults.
 
     Raises:
         ValueError: too many positional values, an unknown option (the valid
-            ones listed), a value of the wrong type, or the Options' own
-            ``validate()`` failing.
+            ones listed), a value of the wrong type, a flag that contradicts
+            the spec, or the Options' own ``validate()`` failing.
     """
     Opts = cls.Options
     fields = {f.name: f for f in dataclasses.fields(Opts)}
@@ -199,14 +208,37 @@ def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None =
             valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
             raise ValueError(f"{where} {cls.name} has no option {k.replace('_', '-')!r}; its options: {valid} "
                              "(python -m minips algorithms lists them)")
-    for k, v in (defaults or {}).items():
-        if v is not None and k in fields and k not in values:
-            values[k] = v
     hints = typing.get_type_hints(Opts)
-    typed = {k: convert_value(v, hints.get(k, fields[k].type), f"{where} option {k.replace('_', '-')}")
-             for k, v in values.items()}
+
+    def typed_value(k, v, what):
+        return convert_value(v, hints.get(k, fields[k].type), what)
+
+    typed = {k: typed_value(k, v, f"{where} option {k.replace('_', '-')}") for k, v in values.items()}
     if extra:
         typed[extra_field] = {**typed.get(extra_field, {}), **extra}
+    # Older per-option flags fill what the spec left unset; a flag that says
+    # something else than the spec is refused rather than silently ignored.
+    for k, v in (defaults or {}).items():
+        if v is None or k not in fields:
+            continue
+        flag = f"--{k.replace('_', '-')}" if k != extra_field else f"[{k}]"
+        v = typed_value(k, v, f"{flag}")
+        if k not in typed:
+            typed[k] = v
+        elif isinstance(v, dict):
+            clash = {n: (x, typed[k][n]) for n, x in v.items() if n in typed[k] and typed[k][n] != x}
+            if clash:
+                n, (x, y) = next(iter(clash.items()))
+                raise ValueError(f"{where} {flag} sets {n} = {x!r} but the spec says {n}={y!r}; give it once")
+            typed[k] = {**v, **typed[k]}
+        elif typed[k] != v:
+            raise ValueError(f"{where} {flag} {v!r} conflicts with {k.replace('_', '-')}={typed[k]!r} in the spec; "
+                             "give the option once (in the spec, or as the flag)")
+    for k, v in typed.items():  # options with a fixed set of values say which
+        choices = fields[k].metadata.get("choices") if k in fields else None
+        if choices and v not in choices:
+            raise ValueError(f"{where} option {k.replace('_', '-')} must be one of {', '.join(map(str, choices))}, "
+                             f"got {v!r}")
     try:
         opts = Opts(**typed)
     except TypeError as e:
@@ -233,5 +265,6 @@ def option_rows(Opts) -> list[dict]:
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         rows.append({"name": f.name.replace("_", "-"), "type": _base_type(hints.get(f.name, f.type)).__name__,
-                     "default": default, "unit": f.metadata.get("unit", ""), "help": f.metadata.get("help", "")})
+                     "default": default, "unit": f.metadata.get("unit", ""), "help": f.metadata.get("help", ""),
+                     "choices": list(f.metadata.get("choices", ()))})
     return rows

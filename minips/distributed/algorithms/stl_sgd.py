@@ -85,7 +85,8 @@ class STLSGD(Algorithm):
     class Options:
         t1: int = field(default=200, metadata={"help": "length of the first stage", "unit": "steps"})
         k1: int = field(default=2, metadata={"help": "communication period of the first stage", "unit": "steps"})
-        data: str = field(default="iid", metadata={"help": "iid: period x2 per stage; non-iid: x sqrt(2), rounded"})
+        data: str = field(default="iid", metadata={"help": "iid: period x2 per stage; non-iid: x sqrt(2), rounded",
+                                                          "choices": ("iid", "non-iid")})
         gamma: float = field(default=0.0, metadata={"help": "proximal term (w - x_s)/gamma of the non-convex "
                                                             "variant; 0 = off"})
 
