@@ -1,4 +1,4 @@
-"""Command line: ``python -m minips {train,compare,algorithms,bench,data,plot}``.
+"""Command line: ``python -m minips {train,compare,algorithms,topology,bench,data,plot}``.
 
 Each subcommand lives in a function ``cmd_<name>``; further subcommands
 (``compare``, ``bench``, ``plot``) register themselves through
@@ -164,10 +164,36 @@ def cmd_algorithms(args) -> int:
     return 0
 
 
+def cmd_topology(args) -> int:
+    """Print a topology's mixing matrix, degrees and spectral gap; draw it with --plot."""
+    import numpy as np
+
+    from .distributed.topology import make_topology
+    opts = {k: v for k, v in (("seed", args.seed), ("radius", args.radius)) if v is not None}
+    if opts and args.name != "random-geometric":
+        raise ValueError(f"--seed and --radius are options of random-geometric, not of {args.name}")
+    top = make_topology(args.name, args.n, **opts)
+    d = top.describe()
+    print(f"{top.name} on {top.P} rank(s): spectral gap 1 - |lambda_2| = {d['spectral_gap']:.4f}; degree "
+          f"{d['max_degree']} (max), {d['mean_degree']:.2f} (mean); "
+          + ("directed" if top.directed else "undirected, Metropolis-Hastings weights")
+          + (f"; time-varying with period {top.period} (the matrix of step 0)" if top.period else ""))
+    if top.P <= 16:
+        with np.printoptions(precision=3, suppress=True, linewidth=160):
+            print("mixing matrix W (x_i <- sum_j W_ij x_j):")
+            print(top.W)
+    if args.plot:
+        from .plots import plot_topology
+        plot_topology(top, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m minips",
                                  description="minips: data-parallel SGD, from scratch, for CPU clusters")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,compare,algorithms,bench,data,plot}")
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{train,compare,algorithms,topology,bench,data,plot}")
     p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)
@@ -175,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("algorithms", help="list every algorithm: family, options with defaults and units, paper")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.set_defaults(func=cmd_algorithms)
+
+    from .distributed.topology import TOPOLOGIES
+    p = sub.add_parser("topology", help="a gossip graph: its mixing matrix, degrees and spectral gap (--plot draws it)")
+    p.add_argument("name", choices=list(TOPOLOGIES))
+    p.add_argument("-n", type=int, default=8, help="number of ranks (default 8)")
+    p.add_argument("--seed", type=int, help="random-geometric: seed of the points (default 0)")
+    p.add_argument("--radius", type=float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
+    p.add_argument("--plot", help="PNG file to draw the graph into")
+    p.set_defaults(func=cmd_topology)
 
     p = sub.add_parser("data", help="build data sets (HDF5) from their sources")
     p.add_argument("dataset", choices=["fashion-mnist", "moving-fmnist-captions"])

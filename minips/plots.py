@@ -127,29 +127,39 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     Right, when runs let ranks hold different weights: the consensus distance
     ``(1/P) sum_i ||w_i - mean w||^2`` against the step (from trace.csv).
     Returns False (and writes nothing) when no run recorded its traffic."""
+    plt = _plt()
+    colors = plt.get_cmap("tab10").colors
+    color = {r["name"]: colors[i % len(colors)] for i, r in enumerate(runs)}  # one colour per run, both panels
     pts = [(sum(r["summary"]["bytes_sent_per_rank"]) / len(r["summary"]["bytes_sent_per_rank"]) / 2**20,
             r["summary"].get(metric), r["name"]) for r in runs if r["summary"].get("bytes_sent_per_rank")]
     pts = [(x, y, n) for x, y, n in pts if x > 0 and y is not None]
     if not pts:
         return False
-    plt = _plt()
+    from matplotlib.ticker import LogLocator, ScalarFormatter
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     for x, y, name in pts:
-        a.scatter([x], [y], s=30)
+        a.scatter([x], [y], s=30, color=color[name])
         a.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     a.set_xscale("log")
+    a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    a.xaxis.set_major_formatter(ScalarFormatter())
+    a.xaxis.set_minor_formatter(plt.NullFormatter())
+    a.margins(x=0.15)
     a.set_xlabel("MiB sent per rank during training (log scale)")
     a.set_ylabel(f"final {metric.replace('_', ' ')}")
     a.set_title("accuracy against traffic")
     a.grid(alpha=0.3, which="both")
     for r in runs:
+        # 0 right after an average: not drawable on a log scale, and not the drift
         rows = [(int(t["step"]), float(t["consensus_distance"])) for t in r["trace"]
-                if t.get("consensus_distance") not in (None, "")]
+                if t.get("consensus_distance") not in (None, "") and float(t["consensus_distance"]) > 0]
         if rows:
-            b.plot([s for s, _ in rows], [c for _, c in rows], marker=".", label=r["name"])
+            b.plot([s for s, _ in rows], [c for _, c in rows], marker="o", ms=3, color=color[r["name"]],
+                   label=r["name"])
     if b.lines:
         b.set_yscale("log")
-        b.set_xlabel("step")
+        b.set_xlabel("step (points: every --consensus-every steps; 0 right after an average is left out)",
+                     fontsize=8)
         b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
         b.set_title("how far the ranks' models drift apart")
         b.grid(alpha=0.3, which="both")
@@ -161,6 +171,34 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def plot_topology(top, path) -> None:
+    """A gossip graph: ranks on a circle, an edge per nonzero off-diagonal
+    weight (an arrow when the graph is directed), the spectral gap in the title."""
+    import numpy as np
+    plt = _plt()
+    P = top.P
+    ang = 2 * np.pi * np.arange(P) / P
+    xy = np.stack([np.cos(ang), np.sin(ang)], axis=1)
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for i in range(P):
+        for j in top.in_neighbors(i):  # j sends to i
+            if top.directed:
+                ax.annotate("", xy=xy[i], xytext=xy[j], arrowprops={"arrowstyle": "->", "color": "#4C72B0",
+                                                                       "shrinkA": 9, "shrinkB": 9})
+            elif j < i:
+                ax.plot(*xy[[i, j]].T, color="#4C72B0", lw=0.8 + 2 * top.W[i, j], alpha=0.8)
+    ax.scatter(*xy.T, s=260, color="white", edgecolor="black", zorder=3)
+    for i in range(P):
+        ax.text(*xy[i], str(i), ha="center", va="center", fontsize=8, zorder=4)
+    tv = f", time-varying (step 0 of {top.period})" if top.period else ""
+    ax.set_title(f"{top.name}, P = {P}{tv}\nspectral gap 1 - |lambda_2| = {top.spectral_gap():.4f}", fontsize=10)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot_runs(run_dirs, out_dir) -> list[Path]:
