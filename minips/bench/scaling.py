@@ -261,13 +261,32 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
     return out
 
 
-def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0) -> dict:
+def _spec_of(row: dict) -> str:
+    """The algorithm spec a measured row ran: its ``algo`` (a spec since the
+    plug-in redesign; older JSON files hold the bare name there and the spec in
+    ``label``)."""
+    from ..distributed.algorithms import resolve
+    for cand in (row["algo"], row.get("label")):
+        try:
+            if cand and resolve(cand).name:
+                if cand == row["algo"] and ":" not in cand and row.get("label", cand) != cand:
+                    continue  # a bare name in an old file: the label says which options ran
+                return cand
+        except ValueError:
+            pass
+    return row["algo"]
+
+
+def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0,
+               also=()) -> dict:
     """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
 
     At P = 1 every algorithm computes the same thing, and their measured
     compute differs only by noise; so all share one compute profile (forward,
     backward, update, other: the baseline's P = 1 row, else the first P = 1 row),
-    and each adds its own measured extra compute (predictor, compressor, ...)."""
+    and each adds its own measured extra compute (predictor, compressor, ...).
+    ``also``: further algorithm specs projected from that shared profile with
+    no extra compute of their own (not measured)."""
     import dataclasses
 
     from ..distributed.costmodel import parse_network
@@ -277,7 +296,9 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     if not ones:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
     base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets)
-    profiles = {r["algo"]: dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
+    profiles = {_spec_of(r): dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
+    for spec in also:
+        profiles.setdefault(spec, base)
     baseline = BASELINE if BASELINE in profiles else None
     out = {}
     for name in networks:
@@ -324,29 +345,26 @@ def _print_check(check, say):
 
 
 def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
-    for name, p in proj.items():
+    for p in proj.values():
+        base = p.get("baseline")
+        w = max([22, *(len(a) + (len(f" vs {base}(1)") if base else 0) + 2 for a in p["algos"])])
         say(f"\nprojected E(P) on {p['network']} (ideal overlap unless phi > 0"
             + "".join(f"; {name} paper: " + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in pts.items())
                       for name, pts in reported_points().items()) + ")")
-        say(f"{'algorithm':<22}" + "".join(f"{'P=' + str(P):>9}" for P in show))
+        say(f"{'algorithm':<{w}}" + "".join(f"{'P=' + str(P):>9}" for P in show))
         for algo, rows in p["algos"].items():
-            cells = []
-            for P in show:
-                if P in rows["P"]:
-                    cells.append(f"{100 * rows['efficiency'][rows['P'].index(P)]:8.1f}%")
-                else:
-                    cells.append(f"{'-':>9}")
-            say(f"{algo:<22}" + "".join(cells))
-        base = p.get("baseline")
+            cells = [f"{100 * rows['efficiency'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
+                     for P in show]
+            say(f"{algo:<{w}}" + "".join(cells))
         if base:
             for algo, rows in p["algos"].items():
                 if algo == base:
                     continue
-                say(f"{algo + f' vs {base}(1)':<22}" + "".join(
+                say(f"{algo + f' vs {base}(1)':<{w}}" + "".join(
                     f"{100 * rows['vs_baseline_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
                     for P in show) + f"   (throughput per node vs {base} on 1 node)")
         allr = next(iter(p["algos"].values()))
-        say(f"{'allreduce ms':<22}" + "".join(
+        say(f"{'allreduce ms':<{w}}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
 
 
@@ -497,7 +515,10 @@ def run(args) -> int:
     Ps = [2**i for i in range(0, int(args.project_max).bit_length()) if 2**i <= args.project_max]
     nets = [n for n in args.project_networks.split(",") if n.strip()]
     result["project_interference"] = args.project_interference
-    result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference) if nets else {}
+    also = [e["algo"] for e in parse_algos(args.project_also)] if args.project_also else []
+    result["project_also"] = also
+    result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference,
+                                      also) if nets else {}
     result["paper_points"] = reported_points()
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
@@ -544,6 +565,8 @@ def add_arguments(p):
     p.add_argument("--project-max", type=int, default=1024, help="largest node count projected (default 1024)")
     p.add_argument("--project-interference", type=float, default=0.0,
                    help="phi of the projection (default 0: offloaded, ideal overlap)")
+    p.add_argument("--project-also", help="further algorithm specs to project from the baseline's P = 1 "
+                                          "profile, without measuring them (e.g. local-sgd:period=4)")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
     p.add_argument("--json", help="write everything to this JSON file")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
