@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cli import subcommand
 from .rundir import find_runs, load_run
 from .timing import phase_names
 
@@ -216,17 +215,3 @@ def plot_runs(run_dirs, out_dir) -> list[Path]:
     if plot_traffic(runs, out / "traffic.png", metric):
         files.append(out / "traffic.png")
     return files
-
-
-@subcommand("plot", help="figures (accuracy, timing breakdown, trace, traffic) from run directories")
-def _add_plot_arguments(p):
-    p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
-                   "stands for all its runs)")
-    p.add_argument("--out", required=True, help="directory for the PNG files")
-    p.set_defaults(func=_cmd_plot)
-
-
-def _cmd_plot(args) -> int:
-    for f in plot_runs(args.runs, args.out):
-        print(f"wrote {f}")
-    return 0

@@ -45,7 +45,7 @@ def _train(n, args, timeout=120):
     ("stl-sgd:k1=0", "k1 (first communication period) must be >= 1 step, got 0"),
     ("stl-sgd:t1=0", "t1 (first stage length) must be >= 1 step, got 0"),
     ("stl-sgd:t1=4:k1=8", "k1=8 is longer than the first stage t1=4: choose k1 <= t1"),
-    ("stl-sgd:data=noniid", "data must be iid or non-iid, got 'noniid'"),
+    ("stl-sgd:data=noniid", "option data must be one of iid, non-iid, got 'noniid'"),
     ("stl-sgd:gamma=-1", "gamma must be >= 0"),
 ])
 def test_bad_options_say_what_to_write(spec, message):

@@ -565,8 +565,8 @@ def add_arguments(p):
     p.add_argument("--project-max", type=int, default=1024, help="largest node count projected (default 1024)")
     p.add_argument("--project-interference", type=float, default=0.0,
                    help="phi of the projection (default 0: offloaded, ideal overlap)")
-    p.add_argument("--project-also", help="further algorithm specs to project from the baseline's P = 1 "
-                                          "profile, without measuring them (e.g. local-sgd:period=4)")
+    p.add_argument("--project-also", help="further algorithm specs (comma-separated) to project from the "
+                                          "baseline's P = 1 profile, without measuring them")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
     p.add_argument("--json", help="write everything to this JSON file")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
