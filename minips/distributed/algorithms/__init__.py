@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .elastic_gossip import ElasticGossip
+from .gossipgrad import GossipGraD
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
 from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
+from .sgp import SGP
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
@@ -42,6 +45,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "stl-sgd": STLSGD,
     "adaptive-batch": AdaptiveBatchLocalSGD,
     "overlap-local-sgd": OverlapLocalSGD,
+    # gossip (decentralized)
+    "gossipgrad": GossipGraD,
+    "elastic-gossip": ElasticGossip,
+    "sgp": SGP,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
