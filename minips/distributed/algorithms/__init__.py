@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .dng import DNG
 from .elastic_gossip import ElasticGossip
 from .gossipgrad import GossipGraD
+from .gradient_tracking import GradientTracking
+from .gt_pga import GTPGA
+from .hetero_gossip import HeteroGossip
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
 from .post_local_sgd import PostLocalSGD
@@ -49,6 +53,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "gossipgrad": GossipGraD,
     "elastic-gossip": ElasticGossip,
     "sgp": SGP,
+    "gradient-tracking": GradientTracking,
+    "gt-pga": GTPGA,
+    "dng": DNG,
+    "hetero-gossip": HeteroGossip,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
