@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .d_psgd import DPSGD
+from .gossip_aga import GossipAGA
+from .gossip_pga import GossipPGA
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
+from .pd_sgd import PDSGD
 from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
@@ -42,6 +46,11 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "stl-sgd": STLSGD,
     "adaptive-batch": AdaptiveBatchLocalSGD,
     "overlap-local-sgd": OverlapLocalSGD,
+    # gossip (decentralized)
+    "d-psgd": DPSGD,
+    "gossip-pga": GossipPGA,
+    "gossip-aga": GossipAGA,
+    "pd-sgd": PDSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
