@@ -149,3 +149,47 @@ def test_local_update_methods_pay_one_weight_allreduce_per_average():
     assert step_time("aperiodic-local-sgd:h0=2:gamma=1", PROF, 4, NET) == pytest.approx(0.05 + a4 * 16 / 272)
     assert step_time("aperiodic-local-sgd:h0=4:gamma=0", PROF, 4, NET) == pytest.approx(
         step_time("local-sgd:period=4", PROF, 4, NET))
+
+
+def test_gossip_step_time_by_hand():
+    """d-psgd: a neighbour exchange costs degree (alpha + n beta) whatever P is
+    (ring: degree 2, P = 2: 1); cta hides it behind forward + backward (50 ms
+    here), atc blocks; gossip-pga pays (H - 1) exchanges and one allreduce per
+    H steps; pd-sgd I2 exchanges per I1 + I2 steps; one-peer-exponential one
+    message, blocking."""
+    n = 2 * (1e-6 + 1e6 * 1e-9)                       # ring exchange of 1 MB: 2.002 ms
+    assert step_time("d-psgd", PROF, 4, NET) == pytest.approx(0.05)
+    assert step_time("d-psgd", PROF, 4, NET, interference=1.0) == pytest.approx(0.05 + n)
+    assert step_time("d-psgd:form=atc", PROF, 4, NET) == pytest.approx(0.05 + n)
+    assert step_time("d-psgd:form=atc", PROF, 1024, NET) == pytest.approx(0.05 + n)   # independent of P
+    assert step_time("d-psgd:form=atc", PROF, 2, NET) == pytest.approx(0.05 + 1.001e-3)
+    assert step_time("d-psgd:form=atc", PROF, 1, NET) == pytest.approx(0.05)
+    assert step_time("d-psgd:form=atc:topology=torus", PROF, 16, NET) == pytest.approx(0.05 + 2 * n)  # 4 x 4: degree 4
+    assert step_time("d-psgd:one-peer-exponential", PROF, 8, NET) == pytest.approx(0.05 + 1.001e-3)
+    a4 = 6e-6 + 1.5e-3                                # sync's ring allreduce at P = 4
+    assert step_time("sync", PROF, 4, NET) == pytest.approx(0.05 + a4)
+    assert step_time("gossip-pga:period=6", PROF, 4, NET) == pytest.approx(0.05 + (5 * n + a4) / 6)
+    assert step_time("gossip-aga:h0=4", PROF, 4, NET) == pytest.approx(0.05 + (3 * n + a4) / 4)
+    assert step_time("pd-sgd:i1=3:i2=1", PROF, 4, NET) == pytest.approx(0.05 + n / 4)
+    # a slow exchange: cta hides 50 ms of forward + backward, the rest shows
+    slow = NetworkModel(0.0, 4e-8, "slow")            # ring exchange: 2 x 1e6 x 4e-8 = 80 ms
+    assert step_time("d-psgd", PROF, 4, slow) == pytest.approx(0.05 + 0.03)
+
+
+def test_gossip_overtakes_allreduce_on_1gbe():
+    """1 GbE (alpha 50 us, beta 8 ns/B), 1 MB: a ring exchange costs
+    2 (50 us + 8 ms) = 16.1 ms for P >= 3 (P = 2: one neighbour, 8.05 ms);
+    the ring allreduce 1e-4 (P - 1) + 0.016 (P - 1)/P s. The allreduce is
+    dearer when P^2 - 2P - 160 > 0, i.e. P > 1 + sqrt(161) = 13.7: from
+    P = 14 on, up to 1024 (at P = 2 gossip wins too, by one alpha; P = 3..13
+    it loses). atc form: both block, so compute cancels."""
+    prof = StepProfile(forward=0.004, backward=0.006, grad_bytes=1e6)
+    Ps = list(range(1, 1025))
+    res = project({"sync": prof, "d-psgd:form=atc": prof}, "1gbe", Ps, baseline="sync")
+    gossip, sync = res["d-psgd:form=atc"], res["sync"]
+    assert gossip["step_s"][13] == pytest.approx(0.01 + 0.0161)           # P = 14
+    assert sync["step_s"][13] == pytest.approx(0.01 + 13e-4 + 0.016 * 13 / 14)
+    faster = [P for P, t, tb in zip(Ps, gossip["step_s"], sync["step_s"]) if t < tb]
+    assert faster[:2] == [2, 14] and faster[1:] == list(range(14, 1025))
+    assert gossip["overtakes_at"] == 14 and 2 < gossip["overtakes_at"] < math.inf
+    assert sync["overtakes_at"] is None

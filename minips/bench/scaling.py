@@ -363,6 +363,10 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
                 say(f"{algo + f' vs {base}(1)':<{w}}" + "".join(
                     f"{100 * rows['vs_baseline_1'][rows['P'].index(P)]:8.1f}%" if P in rows["P"] else f"{'-':>9}"
                     for P in show) + f"   (throughput per node vs {base} on 1 node)")
+            faster = [f"{algo} from P = {rows['overtakes_at']}" for algo, rows in p["algos"].items()
+                      if algo != base and rows.get("overtakes_at") is not None]
+            if faster:
+                say(f"step shorter than {base}'s for every larger P projected: " + "; ".join(faster))
         allr = next(iter(p["algos"].values()))
         say(f"{'allreduce ms':<{w}}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from .costmodel import NetworkModel, check_allreduce_args, parse_network, ring_allreduce_time
 
 __all__ = ["StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time", "weak_scaling_efficiency",
-           "project", "interference_from_overlap"]
+           "project", "overtakes_at", "interference_from_overlap"]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,9 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
         key of ``profiles``, e.g. ``sync``), each algorithm also gets
         ``vs_baseline_1`` = T_baseline(1) / T(P): its throughput per node relative
         to the baseline on one node (an algorithm's own extra compute, invisible
-        in E(P) because it is in T(1) too, shows here).
+        in E(P) because it is in T(1) too, shows here), and ``overtakes_at``:
+        the smallest P of ``Ps`` from which on its step is below the
+        baseline's (see :func:`overtakes_at`; None if it never is).
 
     Raises:
         ValueError: unknown algorithm, P < 1.
@@ -236,7 +238,21 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
         t1_base = step_time(specs[baseline], profiles[baseline], 1, net, interference, algorithm)
         for rows in out.values():
             rows["vs_baseline_1"] = [t1_base / t for t in rows["step_s"]]
+            rows["overtakes_at"] = overtakes_at(rows, out[baseline])
     return out
+
+
+def overtakes_at(rows: dict, base: dict):
+    """The smallest P from which on (every larger P of the projection too) the
+    step of ``rows`` is shorter than the baseline's, e.g. where gossip
+    overtakes allreduce; None if not at the largest P. Both are rows of
+    :func:`project` over the same Ps."""
+    at = None
+    for P, t, tb in zip(reversed(rows["P"]), reversed(rows["step_s"]), reversed(base["step_s"])):
+        if t >= tb:
+            break
+        at = P
+    return at
 
 
 def interference_from_overlap(compute_alone: float, compute_with_comm: float, wait_after: float,

@@ -18,14 +18,18 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .d_psgd import DPSGD
 from .dng import DNG
 from .elastic_gossip import ElasticGossip
+from .gossip_aga import GossipAGA
+from .gossip_pga import GossipPGA
 from .gossipgrad import GossipGraD
 from .gradient_tracking import GradientTracking
 from .gt_pga import GTPGA
 from .hetero_gossip import HeteroGossip
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
+from .pd_sgd import PDSGD
 from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .sgp import SGP
@@ -50,6 +54,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "adaptive-batch": AdaptiveBatchLocalSGD,
     "overlap-local-sgd": OverlapLocalSGD,
     # gossip (decentralized)
+    "d-psgd": DPSGD,
+    "gossip-pga": GossipPGA,
+    "gossip-aga": GossipAGA,
+    "pd-sgd": PDSGD,
     "gossipgrad": GossipGraD,
     "elastic-gossip": ElasticGossip,
     "sgp": SGP,
