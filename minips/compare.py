@@ -88,13 +88,18 @@ def markdown_table(summaries: list[dict]) -> str:
     metric_cols = [("test_accuracy", "test acc"), ("test_loss", "test loss")]
     if any(s.get("bleu") is not None for s in summaries):
         metric_cols = [("bleu", "BLEU"), ("exact_match", "exact match"), ("test_loss", "test loss")]
-    head = ["algorithm", *[c for _, c in metric_cols], "images/s", "step ms", "compute ms", "wait ms",
-            "own ms", "overlap eff.", "MiB sent/step", "wall s"]
+    if any(s.get("rank0_test_accuracy") is not None for s in summaries):  # --eval-rank0
+        metric_cols.append(("rank0_test_accuracy", "rank 0 acc"))
+    diverse = any(s.get("consensus_distance") is not None for s in summaries)  # ranks that differ
+    head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), "images/s",
+            "step ms", "compute ms", "wait ms", "own ms", "overlap eff.", "MiB sent/step", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         b = s["time_breakdown"]
         eff = s.get("overlap_efficiency")
-        row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols], f"{s['images_per_s']:.0f}",
+        cons = s.get("consensus_distance")
+        row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols],
+               *([("-" if cons is None else f"{cons:.3g}")] if diverse else []), f"{s['images_per_s']:.0f}",
                f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
                f"{1e3 * b['wait']:.2f}", f"{1e3 * _own(b):.2f}", "n/a" if eff is None else f"{eff:.2f}",
                _mib(s.get("bytes_sent_per_step")),
@@ -102,7 +107,9 @@ def markdown_table(summaries: list[dict]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "compute = forward + backward; own = the algorithm's own phases (predict, average, consensus, "
               "...); overlap eff. = 1 - wait / (blocking allreduce of the gradient alone), for algorithms that "
-              "allreduce the gradient every step; MiB sent/step = per rank, mean over ranks and steps."]
+              "allreduce the gradient every step; MiB sent/step = per rank, mean over ranks and steps."
+              + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
+                 "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")]
     return "\n".join(lines)
 
 
