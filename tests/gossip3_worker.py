@@ -82,7 +82,7 @@ def train(opts, out):
 
 def mix(opts, out):
     from minips.distributed.algorithms import build_algorithm
-    from minips.distributed.algorithms.gossip_mixing import GossipOptions, Mixer
+    from minips.distributed.algorithms.gossip_common import GossipOptions, Mixer, build_topology
     from minips.distributed.comm import get_comm
     from minips.models import MLP
     from minips.optim import SGD
@@ -91,11 +91,12 @@ def mix(opts, out):
     rng = np.random.default_rng(100 + comm.rank)
     res = {}
     for name in opts["topologies"]:
-        mixer = Mixer(comm, GossipOptions(topology=name))
+        top = build_topology(GossipOptions(topology=name), comm.size)
+        mixer = Mixer(comm, top, order="self-first")  # as gradient-tracking, gt-pga and dng mix
         x = rng.standard_normal(1000).astype(np.float32)
         errs = []
         for t in range(3):
-            m = mixer.mix(x, t)
+            m = mixer.mixed(x, t)
             errs.append(np.abs(_mean(comm, m) - _mean(comm, x)).max())
             if name == "complete":
                 res["complete_err"] = np.abs(m - _mean(comm, x)).max()

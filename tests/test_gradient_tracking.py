@@ -1,5 +1,5 @@
 """gradient-tracking (DIGing/NEXT) and gt-pga (Feng et al. 2024), and the gossip
-step they share (gossip_mixing.Mixer).
+step they share (gossip_common.Mixer).
 
 Pinned down: every topology's gossip step keeps the mean over ranks and the
 complete graph's equals the allreduce average; the tracking invariant
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from minips.distributed.algorithms import resolve
-from minips.distributed.algorithms.gossip_mixing import GossipOptions, build_topology
+from minips.distributed.algorithms.gossip_common import GossipOptions, build_topology
 
 from .gossip3_checks import RUN, launch3
 from .local_sgd_checks import stop_resume_is_bitwise

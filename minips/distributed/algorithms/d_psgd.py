@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .gossip_common import GossipAlgorithm, gossip_time, topology_field, validate_topology
+from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
 
 __all__ = ["DPSGD"]
 
@@ -67,8 +67,8 @@ class DPSGD(GossipAlgorithm):
         form: str = field(default="cta", metadata={
             "choices": FORMS, "help": "cta: w <- opt(mix(w), g(w)), exchange overlapping the gradient; "
                                       "atc: w <- mix(opt(w, g)), blocking"})
-        seed: int = field(default=0, metadata={"help": "random-geometric: seed of the points"})
-        radius: float = field(default=0.0, metadata={"help": "random-geometric: link radius (0 = default)"})
+        seed: int = seed_field()
+        radius: float = radius_field()
 
         def validate(self):
             validate_topology(self)

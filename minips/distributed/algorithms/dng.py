@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
-from .gossip_mixing import GossipOptions, Mixer, exchange_time
+from .gossip_common import GossipAlgorithm, GossipOptions, gossip_time
 
 __all__ = ["DNG"]
 
 
-class DNG(Algorithm):
+class DNG(GossipAlgorithm):
     """D-NG (reconstruction of the accelerated gossip gradient method): gossip the
     extrapolated point, take the gradient there, momentum on the consensus iterate.
 
@@ -53,8 +52,6 @@ class DNG(Algorithm):
     """
 
     name = "dng"
-    family = "gossip"
-    gradient_allreduce_per_step = False
     paper = ("RECONSTRUCTION of 'An Accelerated Gossip-Based Distributed Gradient Method' (not found) as D-NG: "
              "D. Jakovetic, J. Xavier, J. M. F. Moura, Fast Distributed Gradient Methods, IEEE Trans. Automatic "
              "Control 59(5), 2014")
@@ -74,26 +71,25 @@ class DNG(Algorithm):
             if not 0 <= self.momentum < 1:
                 raise ValueError(f"momentum must be in [0, 1) (beta of rule=constant), got {self.momentum}")
 
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False
+    graph_clock = "step"       # one mix per step: the step count is the round count
+    mix_order = "self-first"
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """``compute + E``: one neighbour exchange of y (d floats) per step,
         ``degree (alpha + n beta)``, independent of P."""
-        return profile.compute + exchange_time(options, P, profile.grad_bytes, net)
+        return profile.compute + gossip_time(options, profile.grad_bytes, P, net)
 
     @classmethod
     def default_label(cls, options) -> str:
         return f"{cls.name}:rule={options.rule}"
 
     def setup(self) -> None:
-        self.mixer = Mixer(self.comm, self.options)
+        super().setup()
         self.y = None  # the extrapolated point; w0 (after start's broadcast) until the first step
 
     def report(self) -> dict:
-        return {"topology": self.mixer.describe(), "optimizer": "replaced by D-NG's step (reconstruction)"}
+        return {**super().report(), "optimizer": "replaced by D-NG's step (reconstruction)"}
 
     def coefficients(self, k: int) -> tuple[float, float]:
         """(alpha_k, beta_k) of the rule, k = 0, 1, ..."""
@@ -119,7 +115,7 @@ class DNG(Algorithm):
         alpha, beta = self.coefficients(k)
         x, g = self.flat.weights, self.flat.grads[0]
         with self.timer.phase("mix"):
-            my = self.mixer.mix(self.y, k)                  # sum_j W_ij y_j
+            my = self.mixer.mixed(self.y, k)                # sum_j W_ij y_j
         with self.timer.phase("update"):
             x_new = my - np.float32(alpha) * g              # gradient step from the mixed extrapolated point
             self.y[...] = x_new + np.float32(beta) * (x_new - x)  # momentum on the consensus iterate

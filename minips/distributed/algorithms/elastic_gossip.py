@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
+from .gossip_common import GossipMethod
 
 __all__ = ["ElasticGossip", "elastic_choice", "elastic_partners"]
 
@@ -38,7 +38,7 @@ def elastic_partners(choices, rank: int) -> list[int]:
     return sorted(s)
 
 
-class ElasticGossip(Algorithm):
+class ElasticGossip(GossipMethod):
     """Elastic Gossip: pairwise elastic averaging with probability p and moving rate alpha.
 
     Pseudo-code (ALGORITHMS.md section 7, the author's code; rank i, step t)::
@@ -75,8 +75,6 @@ class ElasticGossip(Algorithm):
     """
 
     name = "elastic-gossip"
-    family = "gossip"
-    gradient_allreduce_per_step = False
     paper = ("S. Pramod, Elastic Gossip: Distributing Neural Network Training Using Gossip-like Protocols, "
              "MSc thesis, arXiv:1812.02407, 2018")
     POSITIONAL = ("p",)
@@ -100,10 +98,6 @@ class ElasticGossip(Algorithm):
                 raise ValueError(f"period must be >= 1 step between communication steps, got {self.period}")
             if self.seed < 0:
                 raise ValueError(f"seed must be >= 0, got {self.seed}")
-
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gossip_common import gossip_time, topology_field, validate_topology
+from .gossip_common import radius_field, seed_field, topology_field, validate_topology
 from .gossip_pga import _PGA_PAPER, GossipPGA
 
 __all__ = ["GossipAGA"]
@@ -59,8 +59,8 @@ class GossipAGA(GossipPGA):
         h_max: int = field(default=32, metadata={"help": "largest period", "unit": "steps"})
         power: float = field(default=0.5, metadata={"help": "H = ceil(H0 (L0 / L)^power)"})
         topology: str = topology_field()
-        seed: int = field(default=0, metadata={"help": "random-geometric: seed of the points"})
-        radius: float = field(default=0.0, metadata={"help": "random-geometric: link radius (0 = default)"})
+        seed: int = seed_field()
+        radius: float = radius_field()
 
         def validate(self):
             validate_topology(self)
@@ -72,14 +72,13 @@ class GossipAGA(GossipPGA):
                 raise ValueError(f"power must be a finite number >= 0 (0 = a fixed period h0), got {self.power}")
 
     @classmethod
-    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """Gossip-PGA's model at H = h0: an upper bound, since H only grows
-        from h0 (the loss-driven H is not known before the run)::
+    def cost_period(cls, options) -> int:
+        """Gossip-PGA's model (:meth:`GossipPGA.step_time`) at H = h0: an upper
+        bound, since H only grows from h0 (the loss-driven H is not known
+        before the run)::
 
             T = compute + ((h0 - 1) N + A) / h0"""
-        N = gossip_time(options, profile.grad_bytes, P, net)
-        H = options.h0
-        return profile.compute + ((H - 1) * N + net.allreduce_time(profile.grad_bytes, P)) / H
+        return options.h0
 
     @classmethod
     def default_label(cls, options) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gossip_common import GossipAlgorithm, gossip_time, topology_field, validate_topology
+from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
 
 __all__ = ["GossipPGA"]
 
@@ -51,8 +51,8 @@ class GossipPGA(GossipAlgorithm):
         period: int = field(default=6, metadata={"help": "H: every H-th step averages globally "
                                                          "(allreduce) instead of gossiping", "unit": "steps"})
         topology: str = topology_field()
-        seed: int = field(default=0, metadata={"help": "random-geometric: seed of the points"})
-        radius: float = field(default=0.0, metadata={"help": "random-geometric: link radius (0 = default)"})
+        seed: int = seed_field()
+        radius: float = radius_field()
 
         def validate(self):
             validate_topology(self)
@@ -60,12 +60,17 @@ class GossipPGA(GossipAlgorithm):
                 raise ValueError(f"period must be >= 1 (H: steps per global average), got {self.period}")
 
     @classmethod
+    def cost_period(cls, options) -> int:
+        """The H of the cost model (the period)."""
+        return options.period
+
+    @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """Per window of H steps: H - 1 blocking gossip steps (N each, see
-        d-psgd) and one blocking allreduce of the weights (A)::
+        """Per window of H steps (:meth:`cost_period`): H - 1 blocking gossip
+        steps (N each, see d-psgd) and one blocking allreduce of the weights (A)::
 
             T = compute + ((H - 1) N + A) / H"""
-        H = options.period
+        H = cls.cost_period(options)
         N = gossip_time(options, profile.grad_bytes, P, net)
         return profile.compute + ((H - 1) * N + net.allreduce_time(profile.grad_bytes, P)) / H
 

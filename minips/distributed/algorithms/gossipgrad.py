@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
+from .gossip_common import GossipMethod
 
 __all__ = ["GossipGraD", "gossipgrad_partners", "rotation_length"]
 
@@ -53,7 +53,7 @@ def gossipgrad_partners(t: int, P: int, seed: int, pattern: str = "dissemination
     return dest.astype(np.int64), src.astype(np.int64)
 
 
-class GossipGraD(Algorithm):
+class GossipGraD(GossipMethod):
     """GossipGraD: the gradient averaged with one rotating partner per step.
 
     Pseudo-code (ALGORITHMS.md section 2; rank i, step t = 0, 1, ...)::
@@ -92,9 +92,7 @@ class GossipGraD(Algorithm):
     partners), ``rotation_k`` (= t mod L). The exchange is timed as ``mix``.
     """
 
-    name = "gossipgrad"
-    family = "gossip"
-    gradient_allreduce_per_step = False  # one Sendrecv per step, not an allreduce
+    name = "gossipgrad"  # one Sendrecv of the gradient per step, not an allreduce
     paper = ("J. Daily, A. Vishnu, C. Siegel, T. Warfel, V. Amatya, GossipGraD: Scalable Deep Learning using "
              "Gossip Communication based Asynchronous Gradient Descent, arXiv:1803.05880, 2018")
     POSITIONAL = ("pattern",)
@@ -113,10 +111,6 @@ class GossipGraD(Algorithm):
                 raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {self.pattern!r}")
             if self.seed < 0:
                 raise ValueError(f"seed must be >= 0 (it seeds the partner permutation), got {self.seed}")
-
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False  # gradients mix with one partner: the weights drift apart
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
-from .gossip_mixing import GossipOptions, Mixer, exchange_time
+from .gossip_common import GossipAlgorithm, GossipOptions, gossip_time
 
 __all__ = ["GradientTracking"]
 
 
-class GradientTracking(Algorithm):
+class GradientTracking(GossipAlgorithm):
     """Gradient tracking: ``w`` gossips and steps along ``y``, ``y`` tracks mean(g).
 
     Pseudo-code (DIGing, Nedic et al. 2017, combine-then-adapt; rank i, step t;
@@ -57,8 +56,6 @@ class GradientTracking(Algorithm):
     """
 
     name = "gradient-tracking"
-    family = "gossip"
-    gradient_allreduce_per_step = False
     paper = ("A. Nedic, A. Olshevsky, W. Shi, Achieving Geometric Convergence for Distributed Optimization over "
              "Time-Varying Graphs, SIAM J. Optim. 27(4), 2017 (DIGing); P. Di Lorenzo, G. Scutari, NEXT: "
              "In-Network Nonconvex Optimization, IEEE Trans. Signal Inf. Process. Netw. 2(2), 2016")
@@ -69,16 +66,15 @@ class GradientTracking(Algorithm):
             "help": "cta: w = mix(w) - lr y, one exchange of [w, y]; atc: w = mix(w - lr y), two exchanges",
             "choices": ("cta", "atc")})
 
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False
+    graph_clock = "step"       # both exchanges of a step (atc) use the step's graph, global steps included
+    mix_order = "self-first"
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """``compute + E``, E = one neighbour exchange of 2d floats (cta) or two
         of d floats (atc): ``degree (alpha + n beta)``, independent of P."""
         d = profile.grad_bytes
-        comm = exchange_time(options, P, 2 * d, net) if options.form == "cta" else 2 * exchange_time(options, P, d, net)
+        comm = gossip_time(options, 2 * d, P, net) if options.form == "cta" else 2 * gossip_time(options, d, P, net)
         return profile.compute + comm
 
     @classmethod
@@ -86,15 +82,12 @@ class GradientTracking(Algorithm):
         return f"{cls.name}:topology={options.topology}"
 
     def setup(self) -> None:
-        self.mixer = Mixer(self.comm, self.options)
+        super().setup()
         n = self.flat.numel
         self.wy = np.zeros((2, n), np.float32)  # [w, y]: the message of form=cta
         self.y = self.wy[1]                     # y_i^t, this step's tracker
         self.base = np.zeros(n, np.float32)     # cta: M(y^{t-1})_i; atc: y_i^{t-1}
         self.g_old = np.zeros(n, np.float32)    # g_i^{t-1}
-
-    def report(self) -> dict:
-        return {"topology": self.mixer.describe()}
 
     # --- the communication of one step (GT-PGA replaces it by a global average) -----------
     def global_now(self, t: int) -> bool:
@@ -109,7 +102,7 @@ class GradientTracking(Algorithm):
                 self.comm.allreduce(out)
                 return self.average(out)
         with self.timer.phase("mix"):
-            return self.mixer.mix(v, t)
+            return self.mixer.mixed(v, t)
 
     # --- the step ---------------------------------------------------------------------
     def step(self) -> None:

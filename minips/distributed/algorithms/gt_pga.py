@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .gossip_mixing import exchange_time
+from .gossip_common import gossip_time
 from .gradient_tracking import GradientTracking
 
 __all__ = ["GTPGA"]
@@ -56,9 +56,9 @@ class GTPGA(GradientTracking):
         same bytes (2d floats, cta; 2 x d, atc) on the H-th."""
         d, H = profile.grad_bytes, options.period
         if options.form == "cta":
-            E, A = exchange_time(options, P, 2 * d, net), net.allreduce_time(2 * d, P)
+            E, A = gossip_time(options, 2 * d, P, net), net.allreduce_time(2 * d, P)
         else:
-            E, A = 2 * exchange_time(options, P, d, net), 2 * net.allreduce_time(d, P)
+            E, A = 2 * gossip_time(options, d, P, net), 2 * net.allreduce_time(d, P)
         return profile.compute + (1 - 1 / H) * E + A / H
 
     @classmethod

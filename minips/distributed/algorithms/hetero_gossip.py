@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
-from ..topology import check_same_on_all_ranks
-from .gossip_mixing import GossipOptions, build_topology
+from .gossip_common import GossipAlgorithm, GossipOptions
 
 __all__ = ["HeteroGossip", "parse_slowdown"]
 
@@ -43,7 +41,7 @@ def parse_slowdown(text: str) -> dict[int, float]:
     return out
 
 
-class HeteroGossip(Algorithm):
+class HeteroGossip(GossipAlgorithm):
     """Heterogeneity-aware pairwise gossip (reconstruction of EdgeGossip, Han et al. 2021).
 
     Pseudo-code (rank i of speed s_i = 1 / f_i, f_i its slowdown factor; step t)::
@@ -89,8 +87,6 @@ class HeteroGossip(Algorithm):
     """
 
     name = "hetero-gossip"
-    family = "gossip"
-    gradient_allreduce_per_step = False
     paper = ("RECONSTRUCTION (abstract only) of R. Han, S. Li, X. Wang, C. H. Liu, G. Xin, L. Y. Chen, Accelerating "
              "Gossip-Based Deep Learning in Heterogeneous Edge Computing Platforms, IEEE TPDS 32(7):1591-1602, 2021")
 
@@ -106,9 +102,8 @@ class HeteroGossip(Algorithm):
             super().validate()
             parse_slowdown(self.slowdown)
 
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False
+    graph_clock = "step"  # the partner schedule is seeded by the step
+    mix_order = None      # pairwise averages of its own, no neighbour Mixer
 
     @staticmethod
     def speeds(options, P: int) -> np.ndarray:
@@ -146,11 +141,7 @@ class HeteroGossip(Algorithm):
         for r in parse_slowdown(o.slowdown):
             if r >= P:
                 raise ValueError(f"slowdown names rank {r}, but the job has {P} ranks (0..{P - 1})")
-        self.topology = build_topology(o, P)
-        if self.topology.directed or self.topology.period:
-            raise ValueError(f"topology={o.topology}: hetero-gossip averages pairwise over undirected static "
-                             "edges; use ring, torus, exponential, complete or random-geometric")
-        check_same_on_all_ranks(self.topology, self.comm)
+        super().setup()                         # the topology (check_graph below), the same on all ranks
         W = self.topology.W
         self.edges = [(i, j) for i in range(P) for j in range(i + 1, P) if W[i, j] > 0]
         self.s = self.speeds(o, P)
@@ -158,6 +149,11 @@ class HeteroGossip(Algorithm):
         self.e = self.s          # per-step speed (until the batches are split)
         self.base = None
         self.msg = np.zeros(self.flat.numel + 1, np.float32)  # [w, n]
+
+    def check_graph(self, topology) -> None:
+        if topology.directed or topology.period:
+            raise ValueError(f"topology={self.options.topology}: hetero-gossip averages pairwise over undirected "
+                             "static edges; use ring, torus, exponential, complete or random-geometric")
 
     def batch_size(self, base: int) -> int:
         self.base = base
@@ -167,7 +163,7 @@ class HeteroGossip(Algorithm):
 
     def report(self) -> dict:
         P = self.comm.size
-        out = {"topology": self.topology.describe(), "speeds": self.s.tolist()}
+        out = {**super().report(), "speeds": self.s.tolist()}
         if self.base is not None:
             out["batch_sizes"] = self.batch_sizes(self.options, P, self.base)
         return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .gossip_common import GossipAlgorithm, gossip_time, topology_field, validate_topology
+from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
 
 __all__ = ["PDSGD"]
 
@@ -53,8 +53,8 @@ class PDSGD(GossipAlgorithm):
                                                    "unit": "steps"})
         i1_min: int = field(default=0, metadata={"help": "smallest I1 the decay reaches", "unit": "steps"})
         topology: str = topology_field()
-        seed: int = field(default=0, metadata={"help": "random-geometric: seed of the points"})
-        radius: float = field(default=0.0, metadata={"help": "random-geometric: link radius (0 = default)"})
+        seed: int = seed_field()
+        radius: float = radius_field()
 
         def validate(self):
             validate_topology(self)

@@ -12,19 +12,20 @@ reconstruction of "Gossip-Based Averaging, Estimation and Optimization"
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..topology import TOPOLOGIES, check_same_on_all_ranks, make_topology
-from .base import Algorithm
+from ..topology import TOPOLOGIES
+from .gossip_common import (GossipAlgorithm, exchange_degree, radius_field, seed_field, topology_field,
+                            validate_topology)
 
 __all__ = ["SGP"]
 
 TOPOLOGY_CHOICES = ("auto", *TOPOLOGIES)
 
 
-class SGP(Algorithm):
+class SGP(GossipAlgorithm):
     """Stochastic Gradient Push: push-sum mixing of (x_i, omega_i), gradients at z_i = x_i / omega_i.
 
     Pseudo-code (Assran et al. 2019, Algorithm 1; rank i, step k = 0, 1, ...;
@@ -71,8 +72,6 @@ class SGP(Algorithm):
     """
 
     name = "sgp"
-    family = "gossip"
-    gradient_allreduce_per_step = False
     paper = ("M. Assran, N. Loizou, N. Ballas, M. Rabbat, Stochastic Gradient Push for Distributed Deep Learning, "
              "ICML 2019 (arXiv:1811.10792); push-sum: D. Kempe, A. Dobra, J. Gehrke, Gossip-Based Computation of "
              "Aggregate Information, FOCS 2003")
@@ -80,23 +79,16 @@ class SGP(Algorithm):
 
     @dataclass
     class Options:
-        topology: str = field(default="auto", metadata={
-            "choices": TOPOLOGY_CHOICES,
-            "help": "communication graph: auto (one-peer-exponential on a power-of-two P, else directed-ring) "
-                    "or a topology name"})
-        seed: int = field(default=0, metadata={"help": "random-geometric: seed of the points"})
-        radius: float = field(default=0.0, metadata={"help": "random-geometric: link radius (0 = the default "
-                                                             "1.5 sqrt(ln P / P))"})
+        topology: str = topology_field("auto", TOPOLOGY_CHOICES, "communication graph: auto (one-peer-exponential "
+                                       "on a power-of-two P, else directed-ring) or a topology name")
+        seed: int = seed_field()
+        radius: float = radius_field()
 
         def validate(self):
-            if self.topology not in TOPOLOGY_CHOICES:
-                raise ValueError(f"topology must be one of {', '.join(TOPOLOGY_CHOICES)}, got {self.topology!r}")
-            if self.radius < 0:
-                raise ValueError(f"radius must be >= 0 (0 = the default radius), got {self.radius}")
+            validate_topology(self)
 
-    @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False
+    graph_clock = "step"  # the one-peer graph of step t
+    mix_order = None      # push-sum weights, not W: its own exchange below
 
     @staticmethod
     def resolve_topology(name: str, P: int) -> str:
@@ -113,30 +105,19 @@ class SGP(Algorithm):
         if P <= 1:
             return profile.compute
         name = cls.resolve_topology(options.topology, P)
-        if name in ("one-peer-exponential", "directed-ring"):
-            deg = 1
-        elif name == "complete":
-            deg = P - 1
-        else:
-            top = make_topology(name, P, **cls._topology_options(options, name))
-            deg = max(top.degree(i) for i in range(P))
+        deg = 1 if name == "one-peer-exponential" else exchange_degree(name, P, options.seed, options.radius)
         return profile.compute + net.neighbor_time(profile.grad_bytes + 4, deg)
-
-    @staticmethod
-    def _topology_options(options, name: str) -> dict:
-        if name != "random-geometric":
-            return {}
-        return {"seed": options.seed, **({"radius": options.radius} if options.radius > 0 else {})}
 
     @classmethod
     def default_label(cls, options) -> str:
         return cls.name if options.topology == "auto" else f"{cls.name}:{options.topology}"
 
+    def topology_name(self) -> str:
+        return self.resolve_topology(self.options.topology, self.comm.size)
+
     def setup(self) -> None:
         P, i = self.comm.size, self.comm.rank
-        name = self.resolve_topology(self.options.topology, P)
-        self.topology = make_topology(name, P, **self._topology_options(self.options, name))
-        check_same_on_all_ranks(self.topology, self.comm)
+        super().setup()                    # the topology (auto resolved), the same on all ranks
         self.x: np.ndarray | None = None   # the numerator; set in start() or load_state_dict()
         self.omega = np.float32(1.0)       # the push-sum weight
         self._msg = np.empty(self.flat.numel + 1, np.float32)
@@ -187,7 +168,7 @@ class SGP(Algorithm):
         self.end_step()
 
     def report(self) -> dict:
-        return {"topology": {**self.topology.describe(), "mixing": "push-sum, uniform split 1/(out-degree+1)"}}
+        return {"topology": {**super().report()["topology"], "mixing": "push-sum, uniform split 1/(out-degree+1)"}}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "numerator": self.x.copy(), "omega": float(self.omega)}
