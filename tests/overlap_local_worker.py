@@ -60,8 +60,8 @@ def main(opts, out):
         algo.step()
         if len(pairs) > n:
             pairs[-1][1] = algo.consensus_distance()
-        if "consensus_before_average" in algo.log:
-            logged.append([t, algo.log["consensus_before_average"]])
+        if "consensus_before_avg" in algo.log:
+            logged.append([t, algo.log["consensus_before_avg"]])
     algo.finish()
     pending = comm.pending()
     weights = comm.allgather(algo.flat.weights.copy())

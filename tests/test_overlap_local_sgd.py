@@ -162,4 +162,4 @@ def test_checkpoint_with_a_request_in_flight_resumes_bitwise(tmp_path):
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, part))
     assert sa["test_loss"] == sb["test_loss"] and sa["consensus_distance"] > 0
     header = (full / "trace.csv").read_text().splitlines()[0]
-    assert "consensus_before_average" in header and "period" in header
+    assert "consensus_before_avg" in header and "period" in header

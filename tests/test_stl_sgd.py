@@ -116,15 +116,15 @@ def test_replicas_meet_at_averages_and_resume_is_bitwise(tmp_path):
     _train(2, [*common, "--max-steps", "15", "--checkpoint-every", "15", "--out", str(part),
                "--resume", str(part / "checkpoint.h5")])
     rows = list(csv.DictReader(open(full / "trace.csv")))
-    averaged = [int(r["step"]) + 1 for r in rows if r["consensus_pre_avg"]]
+    averaged = [int(r["step"]) + 1 for r in rows if r["consensus_before_avg"]]
     assert averaged == [2, 4, 7, 10, 12]  # stage 0: 2, 4; stage 1 (4..11): every 3 and its end; stage 2: k=4
     assert [int(r["period"]) for r in rows] == [2] * 4 + [3] * 8 + [4] * 3
     assert {float(r["lr"]) for r in rows[4:12]} == {0.025}
     for r in rows:
         d = float(r["consensus_distance"])
-        assert (d == 0.0) if r["consensus_pre_avg"] else (d > 0.0)
-        if r["consensus_pre_avg"]:
-            assert float(r["consensus_pre_avg"]) > 0
+        assert (d == 0.0) if r["consensus_before_avg"] else (d > 0.0)
+        if r["consensus_before_avg"]:
+            assert float(r["consensus_before_avg"]) > 0
     a, wa = _ranks(full / "checkpoint.h5")
     b, wb = _ranks(part / "checkpoint.h5")
     assert int(a["step"]) == int(b["step"]) == 15 and not np.array_equal(wa[0], wa[1])

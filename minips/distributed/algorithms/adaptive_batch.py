@@ -77,7 +77,7 @@ class AdaptiveBatchLocalSGD(Algorithm):
         lr_rule: constant | linear | sqrt.
 
     Logs per step: ``batch`` (samples per rank in this step), ``period``,
-    ``b_test`` (the test's batch, on test steps), ``consensus_pre_avg``.
+    ``b_test`` (the test's batch, on test steps), ``consensus_before_avg``.
     """
 
     name = "adaptive-batch"
@@ -143,12 +143,12 @@ class AdaptiveBatchLocalSGD(Algorithm):
 
     def step(self) -> None:
         o, g = self.options, self.flat.grads[0]
-        self.log = {"batch": self.m * self.b0, "period": o.period, "b_test": "", "consensus_pre_avg": ""}
+        self.log = {"batch": self.m * self.b0, "period": o.period, "b_test": "", "consensus_before_avg": ""}
         if self.step_count % o.period == 0 and self.comm.size > 1:
             self.norm_test(g)                                  # at the common weights
         self.apply_update(g)                                   # w_i = opt(w_i, g_i)
         if (self.step_count + 1) % o.period == 0:
-            self.log["consensus_pre_avg"] = average_and_distance(self)   # w_i = avg(w)
+            self.log["consensus_before_avg"] = average_and_distance(self)   # w_i = avg(w)
         self.end_step()
 
     def norm_test(self, g: np.ndarray) -> None:

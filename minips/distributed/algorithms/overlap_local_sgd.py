@@ -187,11 +187,11 @@ class OverlapLocalSGD(Algorithm):
             self._complete(a)
         mode = self.options.consensus
         if mode == "piggyback" and a.carried >= 0:  # the distances of the previous merge's inputs
-            self.log["consensus_before_average"] = a.total / self.comm.size
+            self.log["consensus_before_avg"] = a.total / self.comm.size
         local = float(np.sum((a.s.astype(np.float64) - a.z) ** 2))  # exact in float64
         if mode == "blocking":
             with self.timer.phase("consensus"):
-                self.log["consensus_before_average"] = self.comm.allreduce_scalar(local) / self.comm.size
+                self.log["consensus_before_avg"] = self.comm.allreduce_scalar(local) / self.comm.size
         self.carry = (local, self.step_count)
         return a.z, a.s
 

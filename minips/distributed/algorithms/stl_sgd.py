@@ -71,7 +71,7 @@ class STLSGD(Algorithm):
             average); 0 = off (plain local SGD within a stage).
 
     Logs per step: ``stage``, ``period`` (k of this step's stage),
-    ``consensus_pre_avg`` (the consensus distance just before an average;
+    ``consensus_before_avg`` (the consensus distance just before an average;
     empty on steps without one).
     """
 
@@ -138,10 +138,10 @@ class STLSGD(Algorithm):
         if o.gamma > 0:  # STL-SGD^nc: minimise F(x) + ||x - x_s||^2 / (2 gamma) in this stage
             g += (w - self.anchor) * np.float32(1.0 / o.gamma)
         self.apply_update(g)                                   # w_i = opt(w_i, g_i)
-        self.log = {"stage": self.stage, "period": self.period, "consensus_pre_avg": ""}
+        self.log = {"stage": self.stage, "period": self.period, "consensus_before_avg": ""}
         local = self.step_count + 1 - self.stage_start         # steps done in this stage
         if local % self.period == 0 or local == self.stage_len:
-            self.log["consensus_pre_avg"] = average_and_distance(self)   # w_i = avg(w)
+            self.log["consensus_before_avg"] = average_and_distance(self)   # w_i = avg(w)
         if local == self.stage_len:                            # stage over: x_{s+1} = avg(w)
             self.stage += 1
             self.stage_start = self.step_count + 1
