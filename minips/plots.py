@@ -135,7 +135,7 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     if not pts:
         return False
     from matplotlib.ticker import LogLocator, ScalarFormatter
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2))
     for x, y, name in pts:
         a.scatter([x], [y], s=30, color=color[name])
         a.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -162,7 +162,7 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
         b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
         b.set_title("how far the ranks' models drift apart")
         b.grid(alpha=0.3, which="both")
-        b.legend(fontsize=7)
+        b.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside, not over, the lines
     else:
         b.text(0.5, 0.5, "every run kept its ranks identical", ha="center", transform=b.transAxes)
         b.set_axis_off()
