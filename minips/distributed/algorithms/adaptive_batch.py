@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import Algorithm
-from .stl_sgd import average_and_distance
 
 __all__ = ["AdaptiveBatchLocalSGD", "norm_test_batch"]
 
@@ -148,7 +147,7 @@ class AdaptiveBatchLocalSGD(Algorithm):
             self.norm_test(g)                                  # at the common weights
         self.apply_update(g)                                   # w_i = opt(w_i, g_i)
         if (self.step_count + 1) % o.period == 0:
-            self.log["consensus_before_avg"] = average_and_distance(self)   # w_i = avg(w)
+            self.log["consensus_before_avg"] = self.average_model()   # w_i = avg(w)
         self.end_step()
 
     def norm_test(self, g: np.ndarray) -> None:

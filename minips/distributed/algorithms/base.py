@@ -242,6 +242,21 @@ class Algorithm:
         finally:
             self.flat.weights[...] = saved
 
+    def average_model(self, distance: bool = True) -> float | None:
+        """In place, every rank's weights become their mean over ranks: one
+        Allreduce of the weights, timed as ``average`` (where model-averaging
+        and gossip methods meet). With ``distance``, also returns the consensus
+        distance just before, ``(1/P) sum_i ||w_i - mean(w)||^2`` (float64, one
+        more scalar Allreduce); else None. Collective."""
+        w = self.flat.weights
+        with self.timer.phase("average"):
+            before = w.astype(np.float64) if distance else None
+            self.comm.allreduce(w)
+            self.average(w)
+            if distance:
+                return self.comm.allreduce_scalar(float(np.sum((before - w) ** 2))) / self.comm.size
+        return None
+
     def consensus_distance(self) -> float:
         """``(1/P) sum_i ||w_i - mean(w)||^2`` over ranks (collective; 0 when
         replicas are identical): how far the ranks' models have drifted apart."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
 
@@ -78,10 +77,6 @@ class GossipPGA(GossipAlgorithm):
     def default_label(cls, options) -> str:
         return f"{cls.name}:period={options.period}"
 
-    def setup(self) -> None:
-        super().setup()
-        self._mean = np.empty_like(self.flat.weights)  # allreduce buffer of the global average
-
     def is_global(self, t: int) -> bool:
         """Whether step ``t`` (0-based) averages globally."""
         return (t + 1) % self.options.period == 0
@@ -103,7 +98,4 @@ class GossipPGA(GossipAlgorithm):
 
     def global_average(self) -> None:
         """``w_i = (1/P) sum_j w_j``: one allreduce (phase ``average``)."""
-        with self.timer.phase("average"):
-            self._mean[...] = self.flat.weights
-            self.comm.allreduce(self._mean)
-            self.flat.weights[...] = self.average(self._mean)
+        self.average_model(distance=False)

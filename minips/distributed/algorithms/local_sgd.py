@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from .base import Algorithm
 
@@ -90,9 +89,6 @@ class LocalSGD(Algorithm):
     def default_label(cls, options) -> str:
         return f"{cls.name}:period={options.period}"
 
-    def setup(self) -> None:
-        self._mean = np.empty_like(self.flat.weights)  # the allreduce buffer of the average
-
     # --- when to average (subclasses change this) -------------------------------------
     def period_now(self) -> int:
         """The communication period in force at this step (logged as ``period``)."""
@@ -107,22 +103,17 @@ class LocalSGD(Algorithm):
         self.log = {"period": self.period_now()}
         self.apply_update(self.flat.grads[0])          # w_i = opt_i(w_i, g_i): a local step
         if self.averages_after(self.step_count + 1):   # H local steps since the last average
-            self.average_model()
+            self.log["consensus_before_avg"] = self.average_model()
         self.end_step()
 
-    def average_model(self) -> None:
-        """``w_i = mean_j w_j`` (and the momentum buffers with average-momentum);
-        logs the consensus distance just before it."""
-        w, mean = self.flat.weights, self._mean
-        with self.timer.phase("average"):
-            mean[...] = w                               # keep w_i: the consensus needs it
-            self.comm.allreduce(mean)
-            self.average(mean)
-            v = self.optimizer.buffers[0]               # None until the first step with momentum
-            if self.options.average_momentum and v is not None:
+    def average_model(self, distance: bool = True) -> float | None:
+        """``w_i = mean_j w_j`` (:meth:`Algorithm.average_model`), and the
+        momentum buffers too with average-momentum; returns the consensus
+        distance just before."""
+        dist = super().average_model(distance)
+        v = self.optimizer.buffers[0]                   # None until the first step with momentum
+        if self.options.average_momentum and v is not None:
+            with self.timer.phase("average"):
                 self.comm.allreduce(v)
                 self.average(v)
-        with self.timer.phase("consensus"):             # a diagnostic: 8 bytes
-            diff = (w - mean).astype(np.float64)
-            self.log["consensus_before_avg"] = self.comm.allreduce_scalar(float(diff @ diff)) / self.comm.size
-        w[...] = mean
+        return dist

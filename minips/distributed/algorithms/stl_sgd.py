@@ -4,10 +4,6 @@ Shen, Cheng, Liu, Xu, "STL-SGD: Speeding Up Local SGD with Stagewise
 Communication Period", AAAI 2021 (35(11):9576-9584), arXiv:2006.06377.
 The stage rules follow ALGORITHMS.md section 13 (the abstract and the stage
 rules as recalled from the paper; its full pseudo-code was not re-read).
-
-Also home of :func:`average_and_distance`, the weight average that local
-methods share (one Allreduce of the weights plus one scalar for the
-consensus distance just before it).
 """
 from __future__ import annotations
 
@@ -18,23 +14,7 @@ import numpy as np
 
 from .base import Algorithm
 
-__all__ = ["STLSGD", "average_and_distance"]
-
-
-def average_and_distance(algo: Algorithm) -> float:
-    """Replace every rank's weights by their mean over ranks (one Allreduce of
-    the weights, timed as 'average') and return the consensus distance just
-    before it, ``(1/P) sum_i ||w_i - mean(w)||^2`` (one scalar Allreduce,
-    float64: this rank's squared distance to the mean it just received)."""
-    w = algo.flat.weights
-    if algo.comm.size == 1:
-        return 0.0
-    with algo.timer.phase("average"):
-        before = w.astype(np.float64)
-        algo.comm.allreduce(w)
-        algo.average(w)
-        local = float(np.sum((before - w) ** 2))
-        return algo.comm.allreduce_scalar(local) / algo.comm.size
+__all__ = ["STLSGD"]
 
 
 class STLSGD(Algorithm):
@@ -141,7 +121,7 @@ class STLSGD(Algorithm):
         self.log = {"stage": self.stage, "period": self.period, "consensus_before_avg": ""}
         local = self.step_count + 1 - self.stage_start         # steps done in this stage
         if local % self.period == 0 or local == self.stage_len:
-            self.log["consensus_before_avg"] = average_and_distance(self)   # w_i = avg(w)
+            self.log["consensus_before_avg"] = self.average_model()   # w_i = avg(w)
         if local == self.stage_len:                            # stage over: x_{s+1} = avg(w)
             self.stage += 1
             self.stage_start = self.step_count + 1
