@@ -66,7 +66,7 @@ class Trainer:
         from the config (the same initial weights on every rank: seeded, then
         broadcast from rank 0 by ``algo.start()``)."""
         cfg, comm = self.cfg, self.comm
-        from .data import BatchLoader, DistributedSampler
+        from .data import BatchLoader
         from .models import build_model
         from .optim import SGD, make_schedule
         from .tasks import make_task
@@ -83,7 +83,7 @@ class Trainer:
                               "ranks hold different weights; drop --check-replicas (the consensus distance is "
                               "logged instead: --consensus-every N)")
         x, y = self.task.train_arrays
-        self.sampler = self._sampler(DistributedSampler, len(x), y)
+        self.sampler = self._sampler(len(x), y)
         self.batch_size = self.algo.batch_size(cfg.batch_size)
         self.loader = BatchLoader(x, y, self.batch_size, self.sampler, drop_last=True)
         # Every rank must take the same number of steps (collectives pair up
@@ -98,9 +98,10 @@ class Trainer:
         # Dropout masks differ per rank (different data), but are fixed by the seed.
         mrandom.seed(cfg.seed * 100003 + 7919 * comm.rank + 1)
 
-    def _sampler(self, DistributedSampler, n: int, y):
+    def _sampler(self, n: int, y):
         """This rank's sampler for ``--partition`` (the targets are the labels
         of non-iid partitions; iid ignores them)."""
+        from .data import DistributedSampler
         cfg, comm = self.cfg, self.comm
         try:
             return DistributedSampler(n, comm.rank, comm.size, seed=cfg.seed, partition=cfg.partition, labels=y)
@@ -291,7 +292,7 @@ class Trainer:
 
     def _bytes_sent(self) -> int:
         """Bytes this rank has sent so far, as the communication layer counts them."""
-        return int(getattr(self.comm, "bytes_sent", self.comm.stats.get("allreduce_bytes", 0)))
+        return int(self.comm.bytes_sent)
 
     def evaluate(self) -> dict:
         """Test metrics of the model the algorithm says to evaluate (its own

@@ -14,7 +14,8 @@ import numpy as np
 from .conftest import ROOT, subprocess_env
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gossip1_worker import gradient, initial, loss  # noqa: E402
+from given_gradients import gradient, initial  # noqa: E402
+from gossip1_worker import loss  # noqa: E402
 
 WORKER = str(Path(__file__).with_name("gossip1_worker.py"))
 MPIEXEC = shutil.which("mpiexec")

@@ -14,23 +14,7 @@ import json
 import sys
 
 import numpy as np
-
-
-def centre(i, d):
-    return np.random.default_rng(100 + i).standard_normal(d).astype(np.float32)
-
-
-def noise(i, t, d):
-    return (0.1 * np.random.default_rng(1000 * i + t).standard_normal(d)).astype(np.float32)
-
-
-def gradient(w, i, t):
-    """Rank i's gradient at step t at weights w (float32)."""
-    return w - centre(i, w.size) + noise(i, t, w.size)
-
-
-def initial(d):
-    return np.random.default_rng(7).standard_normal(d).astype(np.float32)
+from given_gradients import gradient, initial  # also what the tests simulate with
 
 
 def main(opts, out):

@@ -23,7 +23,7 @@ from minips.distributed.projection import StepProfile
 from .conftest import ROOT, subprocess_env
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overlap_local_worker import gradient, initial  # noqa: E402
+from given_gradients import gradient, initial  # noqa: E402
 
 WORKER = str(Path(__file__).with_name("overlap_local_worker.py"))
 MPIEXEC = shutil.which("mpiexec")

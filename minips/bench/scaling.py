@@ -263,18 +263,17 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
 
 def _spec_of(row: dict) -> str:
     """The algorithm spec a measured row ran: its ``algo`` (a spec since the
-    plug-in redesign; older JSON files hold the bare name there and the spec in
-    ``label``)."""
+    plug-in redesign). Older JSON files hold the bare name there and the spec
+    in ``label`` (e.g. ``pseudo-sync`` and ``pseudo-sync:adaptive``)."""
     from ..distributed.algorithms import resolve
-    for cand in (row["algo"], row.get("label")):
+    algo, label = row["algo"], row.get("label")
+    if ":" not in algo and label and label != algo:
         try:
-            if cand and resolve(cand).name:
-                if cand == row["algo"] and ":" not in cand and row.get("label", cand) != cand:
-                    continue  # a bare name in an old file: the label says which options ran
-                return cand
-        except ValueError:
+            resolve(label)
+            return label
+        except ValueError:  # a free-form label (@LABEL): the name is all there is
             pass
-    return row["algo"]
+    return algo
 
 
 def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0,
