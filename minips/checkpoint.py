@@ -161,7 +161,7 @@ def save_trainer(trainer, path) -> None:
     per_rank = not algo.replicated
     mine = {"weights": algo.flat.weights.copy(), "optimizer": trainer.optimizer.state_dict(),
             "algorithm": algo.state_dict()}
-    ranks = comm.allgather(mine) if per_rank else [mine]
+    ranks = comm.gather_obj(mine, root=0) if per_rank else [mine]  # only rank 0 writes
     error = None
     if comm.rank == 0:
         state = {

@@ -140,6 +140,7 @@ def test_one_rank_fallback_of_every_primitive():
     parts = c.allgatherv(x)
     assert len(parts) == 1 and parts[0].tolist() == x.tolist() and not np.shares_memory(parts[0], x)
     assert c.allgatherv(np.zeros(0, np.float16))[0].shape == (0,)
+    assert c.gather_obj({"step": 3}) == [{"step": 3}]
     g = c.graph([0], [0], weights=[0.5])
     assert isinstance(g, NeighborGraph) and g.mpi is None and (g.remote_in, g.remote_out) == (0, 0)
     y = np.ones((2, 3), np.float32)

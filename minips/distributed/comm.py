@@ -822,6 +822,14 @@ class Comm:
         """Gather a small picklable object from every rank, on every rank."""
         return self.mpi.allgather(obj) if self.size > 1 else [obj]
 
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        """Gather a picklable object from every rank on ``root`` only: the list
+        in rank order there, None elsewhere (e.g. every rank's state for the
+        one rank that writes a checkpoint)."""
+        if self.size == 1:
+            return [obj]
+        return self.mpi.gather(obj, root=root)
+
     def _scalar_op(self, op: str):
         if op not in _SCALAR_OPS:
             raise ValueError(f"unknown reduction {op!r}; choose one of {', '.join(_SCALAR_OPS)}")
