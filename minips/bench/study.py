@@ -45,7 +45,8 @@ recorded as *diverged* (it is a result, not an error). While a file
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
 ``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
-the registry's baseline algorithm when the grid has it) and ``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
+the registry's baseline algorithm when the grid has it) and
+``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
 """
 from __future__ import annotations
