@@ -83,19 +83,51 @@ def _without_spec(error: Exception, spec: str) -> str:
     return str(error).removeprefix(f"algorithm spec {spec!r}: ")
 
 
-def markdown_table(summaries: list[dict]) -> str:
-    """The comparison table (one row per run)."""
+def time_to_target(summary: dict, target: float | None, metric: str = "test_accuracy") -> float | None:
+    """Seconds of training until the first evaluation whose ``metric`` is at
+    or above ``target`` (the ``wall_time_s`` of that history row); None when
+    no evaluation reached it or no target is given."""
+    if target is None:
+        return None
+    for row in summary.get("history") or []:
+        if row.get(metric) is not None and row[metric] >= target:
+            return float(row["wall_time_s"])
+    return None
+
+
+def traffic_ratio(summary: dict, summaries: list[dict]) -> float | None:
+    """Bytes sent per rank per step relative to the registry's baseline run in
+    the same comparison (None when the baseline is not among them or either
+    did not count its traffic)."""
+    from .distributed.algorithms import BASELINE, resolve
+    base = next((s for s in summaries if resolve(s["algo"]).name == BASELINE
+                 and s.get("bytes_sent_per_step")), None)
+    if base is None or summary.get("bytes_sent_per_step") is None:
+        return None
+    return summary["bytes_sent_per_step"] / base["bytes_sent_per_step"]
+
+
+def markdown_table(summaries: list[dict], target: float | None = None) -> str:
+    """The comparison table (one row per run); ``target``: the test accuracy
+    (or BLEU) whose first reaching is timed (``--target-accuracy``)."""
+    from .distributed.algorithms import BASELINE
     metric_cols = [("test_accuracy", "test acc"), ("test_loss", "test loss")]
     if any(s.get("bleu") is not None for s in summaries):
         metric_cols = [("bleu", "BLEU"), ("exact_match", "exact match"), ("test_loss", "test loss")]
     if any(s.get("rank0_test_accuracy") is not None for s in summaries):  # --eval-rank0
         metric_cols.append(("rank0_test_accuracy", "rank 0 acc"))
     diverse = any(s.get("consensus_distance") is not None for s in summaries)  # ranks that differ
+    metric = metric_cols[0][0]
+    ratios = [traffic_ratio(s, summaries) for s in summaries]
+    has_ratio = any(r is not None for r in ratios)
     head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), "images/s",
-            "step ms", "compute ms", "wait ms", "own ms", "overlap eff.", "MiB sent/step", "wall s"]
+            "step ms", "compute ms", "wait ms", "own ms", "overlap eff.", "MiB sent/step",
+            *([f"sent vs {BASELINE}"] if has_ratio else []), *([f"s to {target:g}"] if target is not None else []),
+            "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in summaries:
+    for s, ratio in zip(summaries, ratios):
         b = s["time_breakdown"]
+        reach = time_to_target(s, target, metric)
         eff = s.get("overlap_efficiency")
         cons = s.get("consensus_distance")
         row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols],
@@ -103,11 +135,16 @@ def markdown_table(summaries: list[dict]) -> str:
                f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
                f"{1e3 * b['wait']:.2f}", f"{1e3 * _own(b):.2f}", "n/a" if eff is None else f"{eff:.2f}",
                _mib(s.get("bytes_sent_per_step")),
+               *(["n/a" if ratio is None else f"{ratio:.3g}x"] if has_ratio else []),
+               *(["not reached" if reach is None else f"{reach:.1f}"] if target is not None else []),
                f"{s['wall_time_s']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "compute = forward + backward; own = the algorithm's own phases (predict, average, consensus, "
               "...); overlap eff. = 1 - wait / (blocking allreduce of the gradient alone), for algorithms that "
               "allreduce the gradient every step; MiB sent/step = per rank, mean over ranks and steps."
+              + (f" sent vs {BASELINE} = MiB sent/step over the {BASELINE} run's." if has_ratio else "")
+              + (f" s to {target:g} = wall seconds until the first evaluation at or above {metric} {target:g} "
+                 "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
                  "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")]
     return "\n".join(lines)
@@ -129,8 +166,9 @@ def _mib(v):
     return "n/a" if v is None else f"{v / 2**20:.3f}"
 
 
-def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
-    """Train each algorithm with ``base_cfg`` (same seed, data, model); returns the summaries."""
+def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -> list[dict]:
+    """Train each algorithm with ``base_cfg`` (same seed, data, model); returns
+    the summaries. ``target``: see :func:`markdown_table`."""
     from .distributed.comm import get_comm
     from .train import Trainer
 
@@ -145,7 +183,7 @@ def run_compare(base_cfg, algos: list[dict], out) -> list[dict]:
         summaries.append(Trainer(cfg, comm).run())
     if comm.rank == 0:
         from .plots import plot_runs
-        table = markdown_table(summaries)
+        table = markdown_table(summaries, target)
         first = summaries[0]
         header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
                   f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
@@ -166,6 +204,9 @@ def _add_compare_arguments(p):
     p.add_argument("--algos", required=True,
                    help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
                         f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
+    p.add_argument("--target-accuracy", type=float, metavar="ACC",
+                   help="also report each run's wall seconds until its first evaluation at or above this test "
+                        "accuracy (BLEU for the captioner), e.g. 0.85")
     p.set_defaults(func=_cmd_compare)
 
 
@@ -177,6 +218,10 @@ def _cmd_compare(args) -> int:
                       ("resume", "resume one run with train --resume")):
         if getattr(args, flag, None) is not None:
             raise ConfigError(f"compare does not take --{flag}: {why}")
+    target = args.target_accuracy
+    if target is not None and not (0 < target <= 100):
+        raise ConfigError(f"--target-accuracy {target}: give the test accuracy to reach, in (0, 1] "
+                          "(or a BLEU score up to 100 for the captioner)")
     cfg = config_from_args(args)
-    run_compare(cfg, parse_algos(args.algos), cfg.out)
+    run_compare(cfg, parse_algos(args.algos), cfg.out, target)
     return 0

@@ -75,3 +75,30 @@ def test_superlinear_weak_scaling_is_flagged_as_noise():
     out.clear()
     _print_measured(rows, out.append)
     assert not any("warning" in line for line in out)
+
+
+def test_projection_of_every_family_from_a_committed_measurement(tmp_path):
+    """--project-also all adds every registered algorithm that was not measured
+    (default options) to the projection; the figure then has one row of panels
+    per family. Runs nothing: the measurement is a committed JSON."""
+    from pathlib import Path
+
+    from minips.distributed.algorithms import ALGORITHMS
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "bench" / "scaling-real-t3.json"
+    js, png = tmp_path / "all.json", tmp_path / "all.png"
+    r = run_cli(["bench", "scaling", "--from-json", str(src), "--project-also", "all", "--project-networks",
+                 "ib-edr,1gbe", "--project-max", "1024", "--json", str(js), "--plot-projection", str(png)],
+                timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(js.read_text())
+    projected = set(res["projection"]["1gbe"]["algos"])
+    names = {a.split(":")[0] for a in projected}
+    assert names == set(ALGORITHMS)                     # every registered algorithm, once measured or projected
+    assert set(res["project_also"]) == set(ALGORITHMS) - {m["algo"].split(":")[0] for m in res["measured"]}
+    assert res["projection"]["1gbe"]["algos"]["sync"]["P"][-1] == 1024
+    assert png.stat().st_size > 20000
+    from minips.bench.scaling import project_also
+    assert project_also("sync,d-psgd", res["measured"]) == ["sync", "d-psgd"]
+    with pytest.raises(ScalingError):
+        project_also("no-such-algorithm", res["measured"])

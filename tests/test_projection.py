@@ -193,3 +193,61 @@ def test_gossip_overtakes_allreduce_on_1gbe():
     assert faster[:2] == [2, 14] and faster[1:] == list(range(14, 1025))
     assert gossip["overtakes_at"] == 14 and 2 < gossip["overtakes_at"] < math.inf
     assert sync["overtakes_at"] is None
+
+
+def test_remaining_local_update_and_gossip_models_by_hand():
+    """The families' other cost models, each at P = 4 on 1 us / 1 GB/s with a
+    1 MB model and 50 ms of compute (PROF), written out from their rules:
+    a4 = ring allreduce of 1 MB = 6 us + 1.5 ms; m = one message alpha + n beta."""
+    a4, m = 6e-6 + 1.5e-3, 1e-6 + 1e6 * 1e-9
+    C = 0.05
+    # stl-sgd: one weight allreduce every k1 steps (the first stage's period)
+    assert step_time("stl-sgd", PROF, 4, NET) == pytest.approx(C + a4 / 2)
+    assert step_time("stl-sgd:k1=4", PROF, 4, NET) == pytest.approx(C + a4 / 4)
+    # adaptive-batch: two d-float allreduces per round of H = 4 steps
+    assert step_time("adaptive-batch", PROF, 4, NET) == pytest.approx(C + 2 * a4 / 4)
+    # overlap-local-sgd: the weight allreduce (1.5 ms) hides behind H C = 200 ms
+    assert step_time("overlap-local-sgd", PROF, 4, NET) == pytest.approx(C)
+    assert step_time("overlap-local-sgd", PROF, 4, NET, interference=1.0) == pytest.approx(C + a4 / 4)
+    assert step_time("overlap-local-sgd:consensus=blocking", PROF, 4, NET) == pytest.approx(
+        C + (6e-6 + 1.5 * 8e-9) / 4)
+    slow = NetworkModel(0.0, 4e-8, "slow")  # allreduce 1.5 x 1e6 x 4e-8 = 60 ms > H C = 50 ms with H = 1
+    assert step_time("overlap-local-sgd:period=1", PROF, 4, slow) == pytest.approx(C + 0.01)
+    # gossipgrad: one Sendrecv of the gradient per step
+    assert step_time("gossipgrad", PROF, 4, NET) == pytest.approx(C + m)
+    assert step_time("gossipgrad", PROF, 1, NET) == pytest.approx(C)
+    # elastic-gossip: ring allgather of P ints (3 rounds of 1 us + 4 ns) + 2 p messages, every tau steps
+    ag = 3 * (1e-6 + 4e-9)
+    assert step_time("elastic-gossip", PROF, 4, NET) == pytest.approx(C + ag + 2 * m)
+    assert step_time("elastic-gossip:period=4", PROF, 4, NET) == pytest.approx(C + (ag + 2 * m) / 4)
+    # sgp: P = 4 is a power of two, so the one-peer exponential graph: one message of d floats + the weight
+    assert step_time("sgp", PROF, 4, NET) == pytest.approx(C + 1e-6 + (1e6 + 4) * 1e-9)
+    assert step_time("sgp", PROF, 6, NET) == pytest.approx(C + 1e-6 + (1e6 + 4) * 1e-9)   # directed ring
+    # gradient tracking on the ring (degree 2): cta sends x and y together (2 MB), atc twice 1 MB
+    assert step_time("gradient-tracking", PROF, 4, NET) == pytest.approx(C + 2 * (1e-6 + 2e-3))
+    assert step_time("gradient-tracking:form=atc", PROF, 4, NET) == pytest.approx(C + 2 * 2 * m)
+    # gt-pga: gossip on 5 of 6 steps, an allreduce of 2 MB (6 us + 3 ms) on the sixth
+    assert step_time("gt-pga", PROF, 4, NET) == pytest.approx(C + 5 / 6 * 2 * (1e-6 + 2e-3) + (6e-6 + 3e-3) / 6)
+    # dng: one ring exchange of y
+    assert step_time("dng", PROF, 4, NET) == pytest.approx(C + 2 * m)
+    # hetero-gossip: one message of d + 1 floats; rank 1 twice as slow paces every exchange
+    # unless batches are balanced (then every rank's compute is P / sum s = 4 / 3.5 of the base)
+    assert step_time("hetero-gossip", PROF, 4, NET) == pytest.approx(C + 1e-6 + (1e6 + 4) * 1e-9)
+    assert step_time("hetero-gossip:slowdown=1*2", PROF, 4, NET) == pytest.approx(C * 4 / 3.5 + 1e-6 + (1e6 + 4) * 1e-9)
+    assert step_time("hetero-gossip:slowdown=1*2:balance=false", PROF, 4, NET) == pytest.approx(
+        2 * C + 1e-6 + (1e6 + 4) * 1e-9)
+
+
+def test_every_registered_algorithm_has_a_hand_computed_cost_case():
+    """A new algorithm must come with a hand-computed case of its cost model in
+    this file: a ``step_time("NAME...`` call for every name in the registry."""
+    import re
+    from pathlib import Path
+
+    from minips.distributed.algorithms import ALGORITHMS
+
+    src = Path(__file__).read_text()
+    covered = set(re.findall(r'step_time(?:_\w+)?\(\s*"([a-z0-9-]+)', src))
+    covered |= {n.replace("_", "-") for n in re.findall(r"def step_time_(\w+)\(", src)}
+    missing = [name for name in ALGORITHMS if name not in covered]
+    assert missing == [], f"no hand-computed step_time case for {missing}"

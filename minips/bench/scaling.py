@@ -307,6 +307,31 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     return out
 
 
+def project_also(spec: str | None, rows: list[dict]) -> list[str]:
+    """The ``--project-also`` specs: a comma-separated list, or ``all`` for
+    every registered algorithm (its default options) whose name was not
+    measured, in the registry's order (families together).
+
+    Raises:
+        ScalingError: an entry that is not a valid spec.
+    """
+    if not spec:
+        return []
+    if spec.strip() == "all":
+        from ..distributed.algorithms import ALGORITHMS, resolve
+        measured = {resolve(_spec_of(r)).name for r in rows}
+        return [name for name in ALGORITHMS if name not in measured]
+    return [e["algo"] for e in parse_algos(spec)]
+
+
+def _family(spec: str) -> str:
+    from ..distributed.algorithms import ALGORITHMS, resolve
+    try:
+        return ALGORITHMS[resolve(spec).name].family
+    except ValueError:  # an old JSON's free-form label
+        return "other"
+
+
 def _print_measured(rows, say):
     say(f"\n{'algorithm':<24}{'P':>3} {'step ms':>9} {'images/s':>9} {'E(P)':>6} {'fwd+bwd':>8} {'wait':>7} "
         f"{'predict':>8} {'update':>7} {'other':>7} {'allreduce alone':>16} {'overlap eff':>12}")
@@ -426,8 +451,10 @@ def plot_projection(result: dict, path) -> None:
     import matplotlib.pyplot as plt
 
     proj = result["projection"]
-    fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
     algos = list(next(iter(proj.values()))["algos"]) if proj else []
+    if len(algos) > 6:  # one row of panels per family, or the lines cannot be told apart
+        return _plot_projection_by_family(result, path, plt)
+    fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
     styles = {k: ("-", "--", "-.", (0, (5, 1, 1, 1)))[i % 4] for i, k in enumerate(algos)}
     for ax, p in zip(axes[0], proj.values()):
         base = p.get("baseline")
@@ -450,6 +477,50 @@ def plot_projection(result: dict, path) -> None:
                  f"at P=1 here; ring allreduce, phi = {result['project_interference']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_projection_by_family(result: dict, path, plt) -> None:
+    """E(P) against nodes: one row of panels per algorithm family, one column
+    per interconnect; the baseline (grey) is drawn in every panel."""
+    proj = result["projection"]
+    first = next(iter(proj.values()))
+    base = first.get("baseline")
+    families = {}
+    for algo in first["algos"]:
+        if algo != base:
+            families.setdefault(_family(algo), []).append(algo)
+    fig, axes = plt.subplots(len(families), len(proj), figsize=(4.4 * len(proj), 3.1 * len(families)),
+                             sharey=True, sharex=True, squeeze=False)
+    styles = ("-", "--", "-.", ":")
+    colors = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is the baseline's
+    for r, (fam, members) in enumerate(families.items()):
+        for c, p in enumerate(proj.values()):
+            ax = axes[r][c]
+            if base in p["algos"]:
+                rows = p["algos"][base]
+                ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], color="0.55", lw=3, base=2,
+                            label=f"{base} (baseline)")
+            for i, algo in enumerate(members):
+                rows = p["algos"][algo]
+                ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], base=2, lw=1.6,
+                            color=colors[i % len(colors)], linestyle=styles[(i // len(colors)) % len(styles)],
+                            marker="os^vD<>ph*"[i % 10], ms=3, label=algo)
+            ax.set_ylim(0, 105)
+            ax.grid(alpha=0.3, which="both")
+            if r == 0:
+                ax.set_title(p["network"], fontsize=8)
+            if c == 0:
+                ax.set_ylabel(f"{fam}\nE(P) %", fontsize=8)
+            if r == len(families) - 1:
+                ax.set_xlabel("nodes P (one rank each)")
+        axes[r][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    cfg = result["config"]
+    fig.suptitle(f"projected weak-scaling efficiency of every family: {cfg['model']}, "
+                 f"{result['grad_bytes'] / 1e6:.2f} MB gradient, per-node step measured at P=1 here; "
+                 f"phi = {result['project_interference']}; default options", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -518,7 +589,7 @@ def run(args) -> int:
     Ps = [2**i for i in range(0, int(args.project_max).bit_length()) if 2**i <= args.project_max]
     nets = [n for n in args.project_networks.split(",") if n.strip()]
     result["project_interference"] = args.project_interference
-    also = [e["algo"] for e in parse_algos(args.project_also)] if args.project_also else []
+    also = project_also(args.project_also, rows)
     result["project_also"] = also
     result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference,
                                       also) if nets else {}
@@ -569,7 +640,8 @@ def add_arguments(p):
     p.add_argument("--project-interference", type=float, default=0.0,
                    help="phi of the projection (default 0: offloaded, ideal overlap)")
     p.add_argument("--project-also", help="further algorithm specs (comma-separated) to project from the "
-                                          "baseline's P = 1 profile, without measuring them")
+                                          "baseline's P = 1 profile, without measuring them; 'all' = every "
+                                          "registered algorithm not measured, at its default options")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
     p.add_argument("--json", help="write everything to this JSON file")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
