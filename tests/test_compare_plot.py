@@ -63,3 +63,39 @@ def test_plot_takes_a_compare_directory(tmp_path):
     r = run_cli(["plot", str(tmp_path / "figs"), "--out", str(tmp_path / "figs2")])
     assert r.returncode == 2 and "no summary.json and no subdirectory with one" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _summary(algo, acc_per_epoch, bytes_per_step, wall_per_epoch=10.0):
+    zero = {ph: 0.001 for ph in ("forward", "backward", "post", "wait", "predict", "update")}
+    hist = [{"epoch": i + 1, "test_accuracy": a, "wall_time_s": wall_per_epoch * (i + 1)}
+            for i, a in enumerate(acc_per_epoch)]
+    return {"label": algo, "algo": algo, "test_accuracy": acc_per_epoch[-1], "test_loss": 0.5,
+            "time_breakdown": zero, "images_per_s": 100.0, "step_time_s": 0.01, "wall_time_s": 30.0,
+            "bytes_sent_per_step": bytes_per_step, "history": hist}
+
+
+def test_compare_table_reports_time_to_target_and_traffic_against_the_baseline():
+    from minips.compare import markdown_table, time_to_target, traffic_ratio
+
+    sync = _summary("sync", [0.80, 0.84, 0.86], 4e6)
+    local = _summary("local-sgd:period=8", [0.78, 0.83, 0.85], 5e5, wall_per_epoch=6.0)
+    never = _summary("d-psgd", [0.70, 0.75, 0.79], 8e6)
+    assert time_to_target(sync, 0.84) == 20.0            # epoch 2 reaches it exactly: "at or above"
+    assert time_to_target(local, 0.84) == 18.0           # epoch 3 of 6 s each
+    assert time_to_target(never, 0.84) is None and time_to_target(sync, None) is None
+    runs = [sync, local, never]
+    assert traffic_ratio(local, runs) == pytest.approx(0.125) and traffic_ratio(never, runs) == pytest.approx(2.0)
+    assert traffic_ratio(local, [local, never]) is None  # no baseline run in the comparison
+    table = markdown_table(runs, target=0.84)
+    head = table.splitlines()[0]
+    assert "sent vs sync" in head and "s to 0.84" in head
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:5]}
+    assert "| 0.125x |" in rows["local-sgd:period=8"] and "| 18.0 |" in rows["local-sgd:period=8"]
+    assert "| not reached |" in rows["d-psgd"] and "| 1x |" in rows["sync"]
+    assert "s to" not in markdown_table(runs).splitlines()[0]  # no --target-accuracy: no column
+
+
+def test_compare_refuses_a_target_outside_the_metric_range(tmp_path):
+    r = run_cli(["compare", "--algos", "sync", "--model", "mlp", "--target-accuracy", "-1", "--out",
+                 str(tmp_path / "c")], timeout=60)
+    assert r.returncode == 2 and "--target-accuracy -1" in r.stderr and "Traceback" not in r.stderr
