@@ -47,6 +47,7 @@ STEPS = {
     "08_predictors": 1,
     "09_video_captioning": 2,
     "10_scaling_and_clusters": 1,
+    "11_local_sgd": 1,
 }
 
 def _env(tmp_path, **extra):

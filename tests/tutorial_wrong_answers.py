@@ -342,6 +342,57 @@ def _w92():
     return [counts_padding, unstable]
 
 
+def _w111():
+    def only_the_mean(W):                      # one row: forgot that every rank keeps a copy
+        return np.asarray(W).mean(axis=0)
+
+    def sums(W):                               # allreduce without the division by P
+        W = np.asarray(W)
+        return np.tile(W.sum(axis=0), (W.shape[0], 1))
+
+    def two_ranks(W):                          # divides by 2: right only with 2 ranks
+        W = np.asarray(W)
+        return np.tile(W.sum(axis=0) / 2, (W.shape[0], 1))
+
+    def wrong_axis(W):                         # the mean of each rank's own weights
+        W = np.asarray(W)
+        return np.tile(W.mean(axis=1, keepdims=True), (1, W.shape[1]))
+
+    def in_place(W):                           # right values, but overwrites the caller's array
+        W[...] = W.mean(axis=0)
+        return W
+    return [only_the_mean, sums, two_ranks, wrong_axis, in_place]
+
+
+def _w112():
+    import math
+
+    def both_double(t1, k1, n, data="iid"):    # ignores the data kind
+        return [(t1 * 2**s, k1 * 2**s, 0.5**s) for s in range(n)]
+
+    def rounds_each_stage(t1, k1, n, data="iid"):   # rounds before growing: 1 stays 1 forever
+        out, k = [], k1
+        for s in range(n):
+            out.append((t1 * 2**s, max(1, k), 0.5**s))
+            k = round(k * (2.0 if data == "iid" else math.sqrt(2.0)))
+        return out
+
+    def fixed_length(t1, k1, n, data="iid"):   # stages do not lengthen
+        out, k = [], float(k1)
+        for s in range(n):
+            out.append((t1, max(1, round(k)), 0.5**s))
+            k *= 2.0 if data == "iid" else math.sqrt(2.0)
+        return out
+
+    def lr_constant(t1, k1, n, data="iid"):    # forgets to halve the learning rate
+        out, k = [], float(k1)
+        for s in range(n):
+            out.append((t1 * 2**s, max(1, round(k)), 1.0))
+            k *= 2.0 if data == "iid" else math.sqrt(2.0)
+        return out
+    return [both_double, rounds_each_stage, fixed_length, lr_constant]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -353,4 +404,5 @@ WRONG = {
     "8.1": _w81, "8.2": _w82,
     "9.1": _w91, "9.2": _w92,
     "10.1": _w101, "10.2": _w102,
+    "11.1": _w111, "11.2": _w112,
 }

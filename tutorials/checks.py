@@ -551,3 +551,55 @@ def check_weak_scaling_efficiency(weak_scaling_efficiency):
             assert got is not None and abs(got - want) < 1e-9, (
                 f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {got}, expected {want:.6g}. "
                 "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
+
+
+# =============================================================================
+# Step 11: local SGD
+# =============================================================================
+S11 = "11_local_sgd"
+
+
+@register("11.1", S11, "average_models", "that is what Algorithm.average_model leaves on every rank.")
+def check_average_models(average_models):
+    rng = np.random.default_rng(111)
+    for P, d in ((3, 5), (5, 4), (2, 7), (1, 3)):   # several P: no hard-coded number of ranks
+        W = rng.standard_normal((P, d))
+        before = W.copy()
+        got = average_models(W)
+        assert got is not None, "average_models returned None; return the (P, d) array"
+        assert np.array_equal(W, before), "average_models modified W: build a new array"
+        got = np.asarray(got)
+        assert got.shape == (P, d), (f"with P = {P}, d = {d}: shape {got.shape}, expected {(P, d)}. Hint: every "
+                                     "rank keeps a copy of the average: P rows, not one.")
+        want = np.tile(before.sum(axis=0) / P, (P, 1))
+        _close(got, want, f"the averaged weights with P = {P}", rtol=1e-10, atol=1e-12,
+               hint="Hint: the mean over ranks is over axis 0 (the rows), divided by the number of rows.")
+
+
+@register("11.2", S11, "stl_stages", "that is the schedule STLSGD.step walks through.")
+def check_stl_stages(stl_stages):
+    import math
+
+    def expected(t1, k1, n, data):
+        out, k = [], float(k1)
+        for s in range(n):
+            out.append((t1 * 2**s, max(1, round(k)), 0.5**s))
+            k *= 2.0 if data == "iid" else math.sqrt(2.0)
+        return out
+
+    for t1, k1, n, data in ((200, 2, 5, "iid"), (100, 1, 7, "non-iid"), (50, 3, 6, "non-iid"), (10, 1, 4, "iid")):
+        got = stl_stages(t1, k1, n, data)
+        want = expected(t1, k1, n, data)
+        assert got is not None, "stl_stages returned None; return a list of tuples"
+        got = [tuple(x) for x in got]
+        assert len(got) == n, f"stl_stages({t1}, {k1}, {n}, {data!r}) has {len(got)} stages, expected {n}"
+        for s, (g, w) in enumerate(zip(got, want)):
+            assert int(g[0]) == w[0], (f"stage {s} of stl_stages({t1}, {k1}, {n}, {data!r}): length {g[0]}, "
+                                       f"expected {w[0]}. Hint: each stage is twice as long as the previous.")
+            assert int(g[1]) == w[1], (
+                f"stage {s} of stl_stages({t1}, {k1}, {n}, {data!r}): period {g[1]}, expected {w[1]}. Hint: "
+                + ("iid data doubles the period each stage." if data == "iid" else
+                   "non-iid data multiplies the UNROUNDED period by sqrt(2) each stage and rounds only what it "
+                   "returns (1, 1.41 -> 1, 2, 2.83 -> 3, ...)."))
+            assert abs(float(g[2]) - w[2]) < 1e-12, (f"stage {s}: lr factor {g[2]}, expected {w[2]}. Hint: the "
+                                                     "learning rate halves each stage.")
