@@ -148,9 +148,9 @@ def sync_sim(steps, lr=0.5, seed=1):
     rs = np.random.default_rng(seed)
     w = np.zeros(d)
     out = []
-    for t in range(steps):
+    for _ in range(steps):
         g = np.zeros(d)
-        for i in range(P):
+        for _rank in range(P):
             rows = rs.integers(0, m, 8)
             g += A[rows].T @ (A[rows] @ w - b[rows]) / len(rows)
         w -= lr * g / P
@@ -188,7 +188,8 @@ show(fig, OUT / "local_sgd_H.png")
 # What to see: the averages fall from one per step to one per 64 steps, the consensus
 # distance just before an average grows with H (the ranks random-walk apart with their batch
 # noise until the pull back towards the optimum balances it; different data per rank adds a
-# systematic pull towards each rank's own optimum, 3-7x larger here, and keeps growing), and yet **the averaged model's loss
+# systematic pull towards each rank's own optimum, 3-7x larger here, and keeps growing), and
+# yet **the averaged model's loss
 # hardly moves** (the curves lie on top of each other). That is special to this problem:
 # the least-squares gradient is linear in w and every rank's rows have the same statistics
 # (`E[A_r^T A_r]` is shared), so in expectation the average of the ranks' local steps is
@@ -225,7 +226,8 @@ for s in summaries:
 # steps by local SGD (on a busy machine this column is noisy: other processes steal the
 # cores). **test acc**: one epoch is only about 150 steps (about 10 averages with H = 16),
 # one seed: when we ran it, sync reached 0.817, H = 4 0.815, H = 16 0.806 and post-local
-# SGD 0.819; differences of a few tenths of a point are within what another seed changes. `docs/results.md`, section "Local-update methods", has the 3-epoch
+# SGD 0.819; differences of a few tenths of a point are within what another seed changes.
+# `docs/results.md`, section "Local-update methods", has the 3-epoch
 # study at P = 4 and 8 with 3 seeds.
 #
 # ## 5. Post-local SGD and STL-SGD: when to communicate more
