@@ -319,8 +319,8 @@ def table_markdown(table: dict) -> str:
 def add_arguments(p):
     p.add_argument("--topology", default="ring", help=f"graph: {', '.join(GRAPHS)} (default ring)")
     p.add_argument("-n", type=int, help="nodes (default 64; under mpiexec: the number of ranks)")
-    p.add_argument("--method", default="plain", help=f"comma-separated methods, or all: {', '.join(METHODS)} "
-                                                     "(default plain)")
+    p.add_argument("--method", help=f"comma-separated methods, or all: {', '.join(METHODS)} "
+                                    "(default plain; with --table: all)")
     p.add_argument("--rounds", type=int, default=500, help="rounds to run (default 500)")
     p.add_argument("--out", help="directory for lab.json, error.png (and frames/)")
     p.add_argument("--seed", type=int, default=0, help="seed of the starting values and the random choices")
@@ -356,14 +356,15 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def cmd_gossip_lab(args) -> int:
     from ..distributed.comm import get_comm, launched_by_mpi
-    methods = list(METHODS) if args.method == "all" else [m.strip() for m in args.method.split(",") if m.strip()]
+    spec = args.method or ("all" if args.table else "plain")
+    methods = list(TABLE_METHODS) if spec == "all" else [m.strip() for m in spec.split(",") if m.strip()]
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown --method {m!r}; choose one of {', '.join(METHODS)} (or all)")
     if args.rounds < 1:
         raise ValueError(f"--rounds {args.rounds}: give at least 1")
     if args.table:
-        return _cmd_table(args, methods if args.method != "plain" else list(TABLE_METHODS))
+        return _cmd_table(args, methods)
     comm = get_comm() if launched_by_mpi() else None
     n = args.n if args.n is not None else (comm.size if comm is not None else 64)
     if comm is not None and comm.size == 1:
