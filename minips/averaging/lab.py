@@ -154,7 +154,7 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     }
     r = out["rounds_to_1e-6"]
     out["messages_to_1e-6"] = out["messages"][r] if r is not None else None
-    for k in ("alpha",):
+    for k in ("alpha", "join", "leave"):
         if hasattr(method, k):
             out[k] = getattr(method, k)
     if hasattr(method, "schedule"):
@@ -212,6 +212,11 @@ def plot_errors(results: list[dict], path, title: str) -> None:
             t = np.arange(len(rel))
             ax.semilogy(t, r["rate_predicted"] ** t, color=c, lw=1, ls="--", alpha=0.8)
     ax.axhline(TOL, color="grey", lw=0.8, ls=":")
+    for r in results:  # push-sum churn: the target moves at these rounds
+        for what in ("join", "leave"):
+            if r.get(what) is not None:
+                ax.axvline(r[what], color="grey", lw=0.8, ls="-.")
+                ax.text(r[what], 1.5, f" node {what}s", fontsize=7, color="grey")
     ax.set_ylim(1e-16, 10)
     ax.set_xlabel("round")
     ax.set_ylabel("||x(t) - mean|| / ||x(0) - mean||")
