@@ -63,6 +63,8 @@ def measured_rate(rel: np.ndarray) -> float | None:
     """Contraction per round between relative errors 1e-2 and 1e-6 (or over the
     second half of the run if 1e-6 is not reached)."""
     a, b = rounds_to(rel, 1e-2), rounds_to(rel, TOL)
+    if a is not None and b is not None and b <= a:  # both in one round: from round 0
+        a = 0
     if a is None or b is None or b <= a:
         a, b = len(rel) // 2, len(rel) - 1
         if b <= a or not (np.isfinite(rel[a]) and rel[a] > 0 and rel[b] > 0):
@@ -148,8 +150,8 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
         "rounds_to_1e-6": rounds_to(rel), "messages": msg_rows.sum(axis=0).tolist(),
         "control_ints": int(control), "bytes_sent": int(bytes_sent),
         "rate_measured": measured_rate(rel), "rate_predicted": rate, "prediction": how,
-        "rounds_to_1e-6_predicted": (math.ceil(math.log(TOL) / math.log(rate)) if rate and 0 < rate < 1
-                                     else (1 if rate == 0 else None)),
+        "rounds_to_1e-6_predicted": (None if rate is None or rate >= 1 else _exact_after(method, graph)
+                                     if rate < 1e-12 else math.ceil(math.log(TOL) / math.log(rate))),
         "seconds": seconds,
     }
     r = out["rounds_to_1e-6"]
@@ -162,6 +164,12 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     if history is not None and keep_history:
         out["history"] = history
     return out
+
+
+def _exact_after(method, graph) -> int:
+    """Rounds to the exact mean when the predicted rate is 0 (below 1e-12: eigenvalue round-off): one period of
+    the schedule or of the time-varying graph, else one round."""
+    return len(method.schedule) if hasattr(method, "schedule") else (graph.period or 1)
 
 
 def _scale(kind, values, method, err0) -> float:
