@@ -72,12 +72,11 @@ def measured_rate(rel: np.ndarray) -> float | None:
     return float((rel[b] / rel[a]) ** (1.0 / (b - a)))
 
 
-def _error(method, values, est, t, alive_all) -> float:
+def _error(method, values, est, t) -> float:
     """``||est - target||`` over live nodes (est: every node's estimate, (n, d))."""
     a = method.alive(t)
     diff = est[a] - method.target(values, t)
-    e = float(np.sqrt(np.sum(diff * diff))) if np.all(np.isfinite(diff)) else math.inf
-    return e
+    return float(np.sqrt(np.sum(diff * diff))) if np.all(np.isfinite(diff)) else math.inf
 
 
 def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int = 500, seed: int = 0,
@@ -118,13 +117,13 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     t0 = time.perf_counter()
     hist, err, msgs = [method.estimate().copy()], [], [0]
     if virtual:
-        err.append(_error(method, values, hist[0], 0, None))
+        err.append(_error(method, values, hist[0], 0))
     for t in range(rounds):
         method.step(t)
         msgs.append(engine.messages)
         est = method.estimate()
         if virtual:
-            err.append(_error(method, values, est, t + 1, None))
+            err.append(_error(method, values, est, t + 1))
             if stop_at is not None and err[0] > 0 and err[-1] <= stop_at * _scale(kind, values, method, err[0]):
                 break
         if keep_history or not virtual:
@@ -137,7 +136,7 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     if msg_rows is None:
         return None
     if not virtual:
-        err = [_error(method, values, history[:, t], t, None) for t in range(history.shape[1])]
+        err = [_error(method, values, history[:, t], t) for t in range(history.shape[1])]
     err = np.array(err)
     rel = err / _scale(kind, values, method, err[0])
     rate, how = method.prediction()
