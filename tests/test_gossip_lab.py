@@ -145,7 +145,6 @@ def test_ring_32_accelerated_needs_about_a_tenth_of_plain_rounds():
 
 
 def test_pairwise_rounds_average_matched_neighbours_only():
-    g = make_graph("torus", 16)
     A = make_topology("torus", 16).W > 0
     r = simulate("pairwise", "torus", 16, 20, seed=1, keep_history=True)
     H = r["history"][:, :, 0]
@@ -154,7 +153,6 @@ def test_pairwise_rounds_average_matched_neighbours_only():
         for i in changed:  # i averaged with exactly one neighbour j, and j with i
             js = [j for j in np.flatnonzero(A[i]) if j != i and abs(H[i, t + 1] - (H[i, t] + H[j, t]) / 2) < 1e-14]
             assert js, f"round {t}: node {i} did not average with a neighbour"
-    assert g.n == 16
 
 
 def test_periodic_rate_does_not_depend_on_the_order_on_a_tree_but_does_on_a_ring():
