@@ -1,4 +1,4 @@
-"""Command line: ``python -m minips {train,compare,algorithms,topology,bench,data,plot}``.
+"""Command line: ``python -m minips {train,compare,algorithms,topology,bench,data,plot,gossip-lab}``.
 
 Each subcommand lives in a function ``cmd_<name>``; further subcommands
 (``compare``, ``bench``, ``plot``) register themselves through
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m minips",
                                  description="minips: data-parallel SGD, from scratch, for CPU clusters")
     sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{train,compare,algorithms,topology,bench,data,plot}")
+                            metavar="{train,compare,algorithms,topology,bench,data,plot,gossip-lab}")
     p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_optional():
     import importlib
-    for mod in ("minips.compare", "minips.bench.cli"):
+    for mod in ("minips.compare", "minips.bench.cli", "minips.averaging.lab"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -1,0 +1,280 @@
+"""The gossip lab (minips/averaging/, ``python -m minips gossip-lab``).
+
+Expected values come from plain NumPy here (dense mixing matrices built from
+:mod:`minips.distributed.topology`, explicit loops), never from the code
+under test. Exact checks: the sparse graphs equal the dense topology module's
+W and spectra; every method keeps the mean (push-sum: sum x / sum w); the
+complete graph averages in one round; accelerated with alpha = 1 is plain
+gossip bit for bit; on a ring of 32 the accelerated method needs about a tenth
+of plain gossip's rounds to 1e-6 (seed 0: 94 vs 951, as ALGORITHMS.md's
+reference computation); periodic gossip's per-period rate is the same for
+every edge order on a tree and not on a ring; push-sum's sum, count and churn;
+the virtual and MPI engines give the same trajectory (mpiexec -n 4); bad
+input gives one-line errors.
+"""
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minips.averaging import METHODS, make_method
+from minips.averaging.base import greedy_matching
+from minips.averaging.engines import VirtualCluster
+from minips.averaging.graph import make_graph
+from minips.averaging.lab import initial_values, simulate
+from minips.averaging.periodic import period_lambda2
+from minips.distributed.topology import make_topology
+
+from .conftest import ROOT, run_cli, subprocess_env
+
+WORKER = str(Path(__file__).with_name("gossiplab_worker.py"))
+
+
+def dense_rounds_to(W, x0, tol=1e-6, max_rounds=5000, alpha=None):
+    """Rounds until ||x - mean|| <= tol ||x0 - mean||, by explicit iteration of
+    x <- W x (or the shift register with alpha)."""
+    mean = x0.mean(0)
+    e0 = np.linalg.norm(x0 - mean)
+    x, prev = x0.copy(), x0.copy()
+    for t in range(1, max_rounds + 1):
+        new = W @ x if alpha is None else alpha * (W @ x) + (1 - alpha) * prev
+        prev, x = x, new
+        if np.linalg.norm(x - mean) <= tol * e0:
+            return t
+    return None
+
+
+@pytest.mark.parametrize("name,n", [("ring", 8), ("ring", 13), ("torus", 12), ("torus", 16), ("exponential", 16),
+                                    ("exponential", 10), ("complete", 6), ("random-geometric", 30),
+                                    ("directed-ring", 7)])
+def test_sparse_graphs_equal_the_topology_module_and_their_spectra(name, n):
+    g = make_graph(name, n)
+    W = make_topology(name, n).W
+    np.testing.assert_allclose(g.dense(), W, atol=1e-15)
+    ev = np.sort(np.abs(np.linalg.eigvals(W)))[::-1]
+    assert g.lambda2() == pytest.approx(ev[1], abs=1e-12)
+
+
+def test_one_peer_exponential_matches_and_averages_in_log2_n_rounds():
+    g, top = make_graph("one-peer-exponential", 16), make_topology("one-peer-exponential", 16)
+    for t in range(6):
+        np.testing.assert_allclose(g.at(t).dense(), top.at(t).W, atol=0)
+    r = simulate("plain", "one-peer-exponential", 16, 6, seed=1)
+    assert r["rounds_to_1e-6"] == 4 and r["relative_error"][4] < 1e-15
+
+
+def test_greedy_matching_equals_the_sequential_greedy():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(2, 40))
+        prop = rng.integers(-1, n, n)
+        pri = rng.permutation(n)
+        want = np.full(n, -1)
+        for i in np.argsort(pri):  # one proposal after another, in priority order
+            j = prop[i]
+            if j >= 0 and j != i and want[i] < 0 and want[j] < 0:
+                want[i], want[j] = j, i
+        np.testing.assert_array_equal(greedy_matching(prop, pri), want)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_keeps_the_mean(method):
+    top = "exponential" if method != "push-sum" else "directed-ring"
+    g = make_graph(top, 24)
+    m = make_method(method, g, seed=3)
+    x0 = initial_values(24, 3, seed=3)
+    m.start(VirtualCluster(24), x0)
+    for t in range(40 if method != "push-sum" else 300):  # a directed ring mixes slowly
+        m.step(t)
+        if method == "push-sum":  # the weighted mean: sum x / sum w, and each sum, stay put
+            np.testing.assert_allclose(m.z[:, :-1].sum(0), x0.sum(0), rtol=1e-12, atol=1e-12)
+            assert m.z[:, -1].sum() == pytest.approx(24, rel=1e-13)
+        else:
+            np.testing.assert_allclose(m.x.mean(0), x0.mean(0), rtol=1e-12, atol=1e-13)
+    spread = np.linalg.norm(m.estimate() - x0.mean(0))
+    assert spread < 0.1 * np.linalg.norm(x0 - x0.mean(0))  # and it did average
+
+
+def test_complete_graph_converges_in_one_round():
+    r = simulate("plain", "complete", 20, 3, seed=2, d=2, keep_history=True)
+    x0 = initial_values(20, 2, seed=2)
+    np.testing.assert_allclose(r["history"][:, 1], np.broadcast_to(x0.mean(0), (20, 2)), rtol=0, atol=1e-14)
+    assert r["rounds_to_1e-6"] == 1
+
+
+def test_accelerated_with_alpha_one_is_plain_gossip_bit_for_bit():
+    a = simulate("accelerated", "torus", 36, 60, seed=4, d=2, keep_history=True, options={"alpha": 1.0})
+    p = simulate("plain", "torus", 36, 60, seed=4, d=2, keep_history=True)
+    np.testing.assert_array_equal(a["history"], p["history"])
+
+
+def test_plain_and_accelerated_follow_the_dense_recursions():
+    W = make_topology("ring", 10).W
+    l2 = np.sort(np.abs(np.linalg.eigvalsh(W)))[::-1][1]
+    alpha = 2 / (1 + np.sqrt(1 - l2 ** 2))
+    x0 = initial_values(10, 2, seed=7)
+    for method, opts in (("plain", {}), ("accelerated", {})):
+        r = simulate(method, "ring", 10, 15, seed=7, d=2, keep_history=True, options=opts)
+        x, prev = x0.copy(), x0.copy()
+        for t in range(15):
+            new = W @ x if method == "plain" else alpha * (W @ x) + (1 - alpha) * prev
+            prev, x = x, new
+            np.testing.assert_allclose(r["history"][:, t + 1], x, rtol=1e-12, atol=1e-14)
+    assert r["alpha"] == pytest.approx(alpha, rel=1e-12)
+
+
+def test_ring_32_accelerated_needs_about_a_tenth_of_plain_rounds():
+    """Seed 0: 94 vs 951 rounds (ratio 0.099); seeds 0-4 stay within 85-110 vs 900-1080."""
+    W = make_topology("ring", 32).W
+    l2 = np.sort(np.abs(np.linalg.eigvalsh(W)))[::-1][1]
+    alpha = 2 / (1 + np.sqrt(1 - l2 ** 2))
+    for seed in range(5):
+        plain = simulate("plain", "ring", 32, 1200, seed=seed, stop_at=1e-6)["rounds_to_1e-6"]
+        acc = simulate("accelerated", "ring", 32, 1200, seed=seed, stop_at=1e-6)["rounds_to_1e-6"]
+        x0 = initial_values(32, 1, seed=seed)
+        assert plain == dense_rounds_to(W, x0)
+        assert acc == dense_rounds_to(W, x0, alpha=alpha)
+        assert 900 <= plain <= 1080 and 85 <= acc <= 110 and 0.08 <= acc / plain <= 0.12
+        if seed == 0:
+            assert (plain, acc) == (951, 94)
+
+
+def test_pairwise_rounds_average_matched_neighbours_only():
+    A = make_topology("torus", 16).W > 0
+    r = simulate("pairwise", "torus", 16, 20, seed=1, keep_history=True)
+    H = r["history"][:, :, 0]
+    for t in range(20):
+        changed = np.flatnonzero(np.abs(H[:, t + 1] - H[:, t]) > 1e-15)
+        for i in changed:  # i averaged with exactly one neighbour j, and j with i
+            js = [j for j in np.flatnonzero(A[i]) if j != i and abs(H[i, t + 1] - (H[i, t] + H[j, t]) / 2) < 1e-14]
+            assert js, f"round {t}: node {i} did not average with a neighbour"
+
+
+def test_periodic_rate_does_not_depend_on_the_order_on_a_tree_but_does_on_a_ring():
+    def lam(edges, n):  # independent: product of the pair matrices, dense
+        Phi = np.eye(n)
+        for i, j in edges:
+            Wij = np.eye(n)
+            Wij[np.ix_([i, j], [i, j])] = 0.5
+            Phi = Wij @ Phi
+        return np.sort(np.abs(np.linalg.eigvals(Phi)))[::-1][1]
+    tree = [(0, 1), (0, 2), (1, 3), (1, 4), (2, 5)]
+    vals = {round(lam(o, 6), 10) for o in itertools.permutations(tree)}
+    assert len(vals) == 1
+    ring6 = [(i, (i + 1) % 6) for i in range(6)]
+    rv = {round(lam(o, 6), 10) for o in itertools.permutations(ring6)}
+    assert len(rv) == 3 and min(rv) == pytest.approx(0.25) and max(rv) < 0.49
+    for o in list(itertools.permutations(tree))[:30]:
+        assert period_lambda2(np.array(o), 6) == pytest.approx(lam(o, 6), abs=1e-12)
+    g = make_graph("tree", 40, seed=2)
+    seen = {round(period_lambda2(g.undirected_edges()[np.random.default_rng(s).permutation(39)], 40), 9)
+            for s in range(10)}
+    assert len(seen) == 1
+
+
+def test_periodic_gossip_applies_the_period_product():
+    r = simulate("periodic", "ring", 12, 60, seed=1, keep_history=True, options={"order_seed": 5})
+    m = make_method("periodic", make_graph("ring", 12), order_seed=5)
+    steps = len(m.schedule)
+    Phi = np.eye(12)
+    for i, j in m.edges:
+        W = np.eye(12)
+        W[np.ix_([i, j], [i, j])] = 0.5
+        Phi = W @ Phi
+    x0 = initial_values(12, 1, seed=1)
+    np.testing.assert_allclose(r["history"][:, 2 * steps], np.linalg.matrix_power(Phi, 2) @ x0, atol=1e-13)
+
+
+def test_push_sum_sum_count_and_churn():
+    x0 = initial_values(16, 2, seed=3)
+    # directed, time-varying: after log2 16 = 4 rounds every weight is 1/16 and every estimate the sum
+    s = simulate("push-sum", "one-peer-exponential", 16, 4, seed=3, d=2, keep_history=True,
+                 options={"estimate": "sum"})
+    assert np.isinf(s["history"][1:, 0]).all()  # weight 0: no estimate yet
+    np.testing.assert_allclose(s["history"][:, -1], np.broadcast_to(x0.sum(0), (16, 2)), rtol=1e-13)
+    c = simulate("push-sum", "directed-ring", 8, 400, seed=3, keep_history=True, options={"estimate": "count"})
+    np.testing.assert_allclose(c["history"][:, -1, 0], 8, rtol=1e-9)
+    # node 15 joins at round 30, node 8 leaves at round 60: the targets are the live nodes' mean
+    j = simulate("push-sum", "exponential", 16, 200, seed=3, d=2, keep_history=True,
+                 options={"join": 30, "leave": 60})
+    H = j["history"]
+    live_before = np.arange(16) != 15
+    assert np.abs(x0[live_before].mean(0) - x0.mean(0)).max() > 0.02  # the join moves the target visibly
+    np.testing.assert_allclose(H[live_before, 30], np.broadcast_to(x0[live_before].mean(0), (15, 2)), atol=1e-3)
+    live_end = np.arange(16) != 8
+    np.testing.assert_allclose(H[live_end, -1], np.broadcast_to(x0[live_end].mean(0), (15, 2)), atol=1e-9)
+    assert j["relative_error"][-1] < 1e-9
+
+
+@pytest.mark.mpi
+def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
+    """One launch of 4 ranks runs every method; the virtual cluster runs them here."""
+    from .gossiplab_worker import CASES, ROUNDS
+    mpiexec = shutil.which("mpiexec")
+    assert mpiexec, "mpiexec not found: pip install -e '.[mpi,test]'"
+    out = tmp_path / "w.npz"
+    p = subprocess.run([mpiexec, "-n", "4", sys.executable, WORKER, str(out)], capture_output=True, text=True,
+                       timeout=120, env=subprocess_env(), cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    z = np.load(out)
+    for label, method, top, opts in CASES:
+        r = simulate(method, top, 4, ROUNDS, seed=5, d=2, keep_history=True, options=opts)
+        np.testing.assert_allclose(z[label + "/history"], r["history"], rtol=1e-12, atol=1e-14, equal_nan=True,
+                                   err_msg=label)
+        np.testing.assert_array_equal(z[label + "/messages"], r["messages"], err_msg=label)
+    # the command line under mpiexec, and its refusals
+    p = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "minips", "gossip-lab", "--method",
+                        "plain,accelerated", "--rounds", "30", "--out", str(tmp_path / "lab")], capture_output=True,
+                       text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads((tmp_path / "lab" / "lab.json").read_text())
+    assert [r["engine"] for r in res] == ["mpi", "mpi"] and res[0]["n"] == 4
+    virt = simulate("accelerated", "ring", 4, 30)
+    np.testing.assert_allclose(res[1]["error"], virt["error"], rtol=1e-10, atol=1e-15)
+    for args, msg in ((["-n", "1"], "needs P >= 2 ranks"), (["-n", "2", "-n", "8"], "-n must equal")):
+        nproc = args[1]
+        p = subprocess.run([mpiexec, "-n", nproc, sys.executable, "-m", "minips", "gossip-lab", *args[2:]],
+                           capture_output=True, text=True, timeout=60, env=subprocess_env(), cwd=ROOT)
+        assert p.returncode != 0 and msg in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--topology", "random-geometric", "-n", "50", "--radius", "0.05"], "is disconnected"),
+    (["-n", "1"], "at least 2 nodes"),
+    (["--method", "accelerated", "--alpha", "2.5"], "outside (0, 2)"),
+    (["--method", "accelerated", "--alpha", "0"], "outside (0, 2)"),
+    (["--method", "plain", "--alpha", "1.5"], "--alpha is not an option of plain"),
+    (["--method", "periodic", "--topology", "directed-ring"], "needs an undirected static graph"),
+    (["--method", "push-sum", "--topology", "directed-ring", "--leave", "5"], "no longer strongly connected"),
+    (["--method", "nope"], "unknown --method"),
+])
+def test_bad_input_gives_one_line(args, message, capsys):
+    from minips.cli import main
+    assert main(["gossip-lab", "--rounds", "5", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+
+
+def test_bad_input_from_the_shell_is_one_line_without_traceback():
+    p = run_cli(["gossip-lab", "--method", "accelerated", "--alpha", "3"], timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "outside (0, 2)" in p.stderr, p.stderr
+
+
+def test_command_writes_json_figure_and_frames(tmp_path):
+    p = run_cli(["gossip-lab", "--topology", "ring", "-n", "16", "--method", "plain,accelerated,push-sum",
+                 "--rounds", "80", "--frames", "2", "--out", str(tmp_path)], timeout=120)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "lab.json").read_text())
+    assert [r["method"] for r in res] == ["plain", "accelerated", "push-sum"]
+    assert (tmp_path / "error.png").stat().st_size > 10_000
+    assert sorted(f.name for f in (tmp_path / "frames").iterdir()) == ["frame_000.png", "frame_001.png"]
+    W = make_topology("ring", 16).W
+    l2 = np.sort(np.abs(np.linalg.eigvalsh(W)))[::-1][1]
+    assert res[0]["rate_predicted"] == pytest.approx(l2, rel=1e-12)
+    assert res[0]["messages"][1] == 32  # every node sends to its 2 neighbours
+    assert "rounds to 1e-6" in p.stdout
