@@ -34,6 +34,7 @@ from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
 from .sgp import SGP
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
+from .ssd_sgd import SSDSGD
 from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
 
@@ -65,6 +66,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "gt-pga": GTPGA,
     "dng": DNG,
     "hetero-gossip": HeteroGossip,
+    # compression
+    "ssd-sgd": SSDSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
