@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .choco_sgd import ChocoSGD
 from .d_psgd import DPSGD
 from .dng import DNG
 from .elastic_gossip import ElasticGossip
@@ -30,8 +31,10 @@ from .hetero_gossip import HeteroGossip
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
 from .pd_sgd import PDSGD
+from .pqasgd import PQASGD
 from .post_local_sgd import PostLocalSGD
 from .pseudo_sync import PseudoSyncSGD
+from .qprsgd import QPRSGD
 from .sgp import SGP
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
 from .ssd_sgd import SSDSGD
@@ -67,7 +70,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "dng": DNG,
     "hetero-gossip": HeteroGossip,
     # compression
+    "pqasgd": PQASGD,
     "ssd-sgd": SSDSGD,
+    "qprsgd": QPRSGD,
+    "choco-sgd": ChocoSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)
