@@ -11,6 +11,7 @@ graph's seed in the gossip methods).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import field
 
 import numpy as np
@@ -130,15 +131,32 @@ class PublicCopies:
         """Send ``payload`` (this rank's ``q_i``) to the out-neighbours, receive
         theirs, and apply all: ``x_hat_i += dec(q_i)``, ``s_i += sum_j W_ij dec(q_j)``
         (in ascending rank order; collective over the graph)."""
-        from ..compression import gossip_exchange
         own = compressor.decompress(payload)
         terms = [(self.comm.rank, self.w_self, own)]
         if self.graph is not None:
-            rows = gossip_exchange(self.comm, self.graph, compressor, payload, timer)
+            rows = self._exchange(compressor, payload, timer)
             terms += [(j, np.float32(wj), r) for j, wj, r in zip(self.graph.sources, self.graph.weights, rows)]
         self.x_hat += own
         for _, wj, r in sorted(terms, key=lambda t: t[0]):
             self.s += wj * r
+
+    def _exchange(self, compressor, payload, timer) -> list:
+        """The in-neighbours' decompressed payloads. A compressor whose payload
+        size is fixed by d (identity, fp16, top-k, random-k, sign, QSGD, ...)
+        sends it as it is in one neighbour exchange: no global collective, as
+        gossip wants. Otherwise :func:`~minips.distributed.compression.gossip_exchange`
+        (two scalar allreduces agree on a padded width first)."""
+        from ..compression import gossip_exchange
+        fixed = compressor.payload_bytes(payload.size)
+        if fixed is None:
+            return gossip_exchange(self.comm, self.graph, compressor, payload, timer)
+        raw = compressor.pack(payload)
+        if raw.size != fixed:
+            raise RuntimeError(f"{compressor.name}: a payload of {raw.size} bytes, its fixed size is {fixed}")
+        with timer.phase("wait") if timer else nullcontext():
+            got = self.comm.neighbor_allgather(self.graph, raw)
+        with timer.phase("decompress") if timer else nullcontext():
+            return [compressor.decompress(compressor.unpack(r, payload.size, payload.step)) for r in got]
 
     def state_dict(self) -> dict:
         return {"x_hat": self.x_hat.copy(), "s": self.s.copy()}
