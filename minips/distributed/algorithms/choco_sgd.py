@@ -100,8 +100,8 @@ class ChocoSGD(GossipAlgorithm):
         return f"{cls.name}:{options.topology}:gamma={options.gamma:g}:{compressor_spec(options)}"
 
     def setup(self) -> None:
+        self.compressor = build_compressor(self.options, self.comm.rank, self.flat.weights.size)  # k > d fails here
         super().setup()                                   # topology, checked on all ranks, and its graph
-        self.compressor = build_compressor(self.options, self.comm.rank, self.flat.weights.size)
         r = self.comm.rank
         self.copies = PublicCopies(self.comm, self.mixer.graph, self.topology.W[r, r], self.flat.weights)
 
