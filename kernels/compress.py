@@ -108,9 +108,13 @@ def _cs_query(table, buckets, signs, out):
     rows = buckets.shape[0]
     est = np.empty(rows, np.float32)
     for j in range(out.size):
-        for r in range(rows):
-            est[r] = signs[r, j] * table[r, buckets[r, j]]
-        est.sort()
+        for r in range(rows):  # insertion sort of the few row estimates
+            x = signs[r, j] * table[r, buckets[r, j]]
+            i = r
+            while i > 0 and est[i - 1] > x:
+                est[i] = est[i - 1]
+                i -= 1
+            est[i] = x
         if rows % 2 == 1:
             out[j] = est[rows // 2]
         else:

@@ -95,6 +95,16 @@ class Compressor:
     name = "base"
     summable = False
     unbiased = False
+    #: modelled compute cost, nanoseconds per entry of the input vector, of one
+    #: compress and of one decompress (single thread; measured by
+    #: scripts/bench_compression.py, docs/bench/compression/compress-time.json)
+    compress_ns: float = 0.0
+    decompress_ns: float = 0.0
+
+    def seconds(self, d: int, decodes: int = 1) -> float:
+        """Modelled seconds to compress a d-vector once and decompress
+        ``decodes`` payloads (1 for a summed payload, P after an allgather)."""
+        return d * (self.compress_ns + decodes * self.decompress_ns) * 1e-9
 
     def options(self) -> dict:
         """The options this compressor was built with (for logs and summaries)."""
