@@ -100,17 +100,18 @@ def test_resume_with_a_reduction_in_flight_is_bitwise_and_bytes_are_one_allreduc
     r = train(2, ["--algo", spec, "--max-steps", 7, "--checkpoint-every", 7, "--out", part])
     assert r.returncode == 0, r.stderr[-3000:]
     mid = load(part / "checkpoint.h5")
-    assert mid["per_rank"] is False and mid["algorithm"]["arrived"] is not None
-    acc = mid["algorithm"]["acc_by_rank"]
-    assert len(acc) == 2 and np.any(acc[0] != acc[1]) and np.any(acc[0] != 0)
+    assert mid["per_rank"] is True  # identical weights, but acc_i differs: every rank's state is kept
+    (s0, s1) = (r["algorithm"] for r in mid["ranks"])
+    assert s0["arrived"] is not None and np.array_equal(s0["arrived"], s1["arrived"])
+    assert np.any(s0["acc"] != s1["acc"]) and np.any(s0["acc"] != 0)
     r = train(2, ["--algo", spec, "--max-steps", 11, "--checkpoint-every", 11, "--out", part,
                   "--resume", part / "checkpoint.h5"])
     assert r.returncode == 0, r.stderr[-3000:]
-    a, b = load(full / "checkpoint.h5"), load(part / "checkpoint.h5")
-    assert np.array_equal(a["weights"], b["weights"])
-    assert np.array_equal(a["optimizer"]["buffers"][0], b["optimizer"]["buffers"][0])
-    for key in ("x", "D"):
-        assert np.array_equal(a["algorithm"][key], b["algorithm"][key])
+    for a, b in zip(load(full / "checkpoint.h5")["ranks"], load(part / "checkpoint.h5")["ranks"]):
+        assert np.array_equal(a["weights"], b["weights"])
+        assert np.array_equal(a["optimizer"]["buffers"][0], b["optimizer"]["buffers"][0])
+        for key in ("x", "D", "acc"):
+            assert np.array_equal(a["algorithm"][key], b["algorithm"][key])
     rows = _trace(full)
     sent = {int(r["step"]): int(r["bytes_sent"]) for r in rows}
     assert sent == {t: WEIGHT_BYTES if t in (0, 1, 5, 9) else 0 for t in range(11)}

@@ -52,7 +52,8 @@ class SSDSGD(Algorithm):
     update (the compensation: the global model will move by about as much once
     the period's gradients arrive). D and x are global, so every rank holds
     the same weights at every step (``replicated``; the Trainer can check the
-    hashes). Only ``acc_i`` is per rank; a checkpoint gathers it to rank 0.
+    hashes). Only ``acc_i`` is per rank (``per_rank_state``: a checkpoint
+    keeps every rank's state).
 
     Options (spec ``ssd-sgd:period=4:warmup=200``):
         period: k >= 1 (default 4): steps between global reductions; each is
@@ -71,6 +72,7 @@ class SSDSGD(Algorithm):
     name = "ssd-sgd"
     family = "compression"
     gradient_allreduce_per_step = False  # one allreduce every k steps
+    per_rank_state = True                 # acc_i differs between ranks (the weights do not)
     paper = ("Y. Xu, D. Dong, Y. Zhao, W. Xu, X. Liao, SSD-SGD: Communication Sparsification for Distributed Deep "
              "Learning Training, arXiv:2012.05396 (2020); reconstruction, see ALGORITHMS.md section 12")
     POSITIONAL = ("period",)
@@ -189,14 +191,13 @@ class SSDSGD(Algorithm):
 
     # --- checkpoint state ------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Collective (every rank calls it, as save_trainer does): the global
-        model, D, a completed sum not yet applied, and every rank's ``acc_i``
-        gathered to rank 0 (a list there, None elsewhere). Call :meth:`drain` first."""
+        """The global model, D, a completed sum not yet applied, this rank's
+        ``acc_i``. Call :meth:`drain` first."""
         if self.req is not None:
             raise RuntimeError(f"{self.name} state_dict with a reduction in flight: call drain() first")
         return {**super().state_dict(), "x": self.x.copy(), "D": self.D.copy(),
                 "arrived": None if self.arrived is None else self.arrived.copy(),
-                "acc_by_rank": self.comm.gather_obj(self.acc.copy()),
+                "acc": self.acc.copy(),
                 "warmup_steps": -1 if self._warmup is None else self._warmup}
 
     def load_state_dict(self, state: dict) -> None:
@@ -204,6 +205,6 @@ class SSDSGD(Algorithm):
         self.x[...] = np.asarray(state["x"], np.float32)
         self.D[...] = np.asarray(state["D"], np.float32)
         self.arrived = None if state.get("arrived") is None else np.asarray(state["arrived"], np.float32).copy()
-        self.acc[...] = np.asarray(state["acc_by_rank"][self.comm.rank], np.float32)
+        self.acc[...] = np.asarray(state["acc"], np.float32)
         w = int(state.get("warmup_steps", -1))
         self._warmup = None if w < 0 else w
