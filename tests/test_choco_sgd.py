@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from minips.distributed.algorithms import build_algorithm, resolve
+from minips.distributed.compression.identity import Identity
+from minips.distributed.compression.sign import Sign
 from minips.models import MLP
 from minips.optim import SGD
 
@@ -104,8 +106,10 @@ def test_spec_forms_and_cost_model():
     assert resolve("choco-sgd").run_label == "choco-sgd:ring:gamma=0.5:sign" and not resolve("choco-sgd").replicated
     net, d = NetworkModel(alpha=1e-4, beta=1e-8), 1_000_000
     prof = StepProfile(forward=0.02, backward=0.03, grad_bytes=4 * d)
-    # ring: 2 messages of the sign payload, blocking
-    assert resolve("choco-sgd").step_time(prof, 8, net) == pytest.approx(0.05 + 2 * (1e-4 + (4 + d // 8) * 1e-8))
-    # identity: what D-PSGD's atc form costs
+    codec = lambda c, decodes: d * (c.compress_ns + decodes * c.decompress_ns) * 1e-9  # noqa: E731
+    # ring: 2 messages of the sign payload, blocking; compress once, decode own + 2
+    assert resolve("choco-sgd").step_time(prof, 8, net) == pytest.approx(
+        0.05 + 2 * (1e-4 + (4 + d // 8) * 1e-8) + codec(Sign, 3))
+    # identity: what D-PSGD's atc form costs, plus the identity's copies
     assert resolve("choco-sgd:compressor=identity").step_time(prof, 8, net) == pytest.approx(
-        resolve("d-psgd:form=atc").step_time(prof, 8, net))
+        resolve("d-psgd:form=atc").step_time(prof, 8, net) + codec(Identity, 3))

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from minips.distributed.algorithms import build_algorithm, resolve
+from minips.distributed.compression import QSGD
+from minips.distributed.compression.identity import Identity
 from minips.models import MLP
 from minips.optim import SGD
 
@@ -118,11 +120,14 @@ def test_spec_forms_and_cost_models():
     assert not resolve("pqasgd").replicated and not resolve("qprsgd").replicated
     net, d = NetworkModel(alpha=1e-4, beta=1e-8), 1_000_000
     prof = StepProfile(forward=0.02, backward=0.03, grad_bytes=4 * d)
-    # identity, period 1: the allreduce of the weights every step (= sync's cost)
+    # codec seconds from the compressors' measured per-entry costs (inputs here, like alpha and beta)
+    codec = lambda c, decodes: d * (c.compress_ns + decodes * c.decompress_ns) * 1e-9  # noqa: E731
+    # identity, period 1: the allreduce of the weights every step (sync's cost) + the identity's copies
     assert resolve(f"pqasgd:period=1:{ID}").step_time(prof, 8, net) == pytest.approx(
-        resolve("sync").step_time(prof, 8, net))
-    nb = qsgd_bytes(d, s=1)
+        resolve("sync").step_time(prof, 8, net) + codec(Identity, 1))
+    nb = qsgd_bytes(d, s=1)  # ring allgatherv of 8 payloads: 7 (alpha + n beta); 8 decodes
     assert resolve("pqasgd:period=2").step_time(prof, 8, net) == pytest.approx(
-        0.05 + 7 * (1e-4 + nb * 1e-8) / 2)  # ring allgatherv of 8 payloads: 7 (alpha + n beta)
-    nb = qsgd_bytes(d, s=4)
-    assert resolve("qprsgd:mode=gossip").step_time(prof, 8, net) == pytest.approx(0.05 + 2 * (1e-4 + nb * 1e-8) / 8)
+        0.05 + (7 * (1e-4 + nb * 1e-8) + codec(QSGD, 8)) / 2)
+    nb = qsgd_bytes(d, s=4)  # the ring's 2 neighbours; own + 2 decodes
+    assert resolve("qprsgd:mode=gossip").step_time(prof, 8, net) == pytest.approx(
+        0.05 + (2 * (1e-4 + nb * 1e-8) + codec(QSGD, 3)) / 8)

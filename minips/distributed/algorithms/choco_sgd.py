@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .compressed_common import (PublicCopies, build_compressor, compressor_field, compressor_options_field,
-                                compressor_spec, payload_bytes, validate_compressor)
-from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
+from .compressed_common import (PublicCopies, build_compressor, codec_seconds, compressor_field,
+                                compressor_options_field, compressor_spec, payload_bytes, validate_compressor)
+from .gossip_common import (GossipAlgorithm, exchange_degree, gossip_time, radius_field, seed_field, topology_field,
+                            validate_topology)
 
 __all__ = ["ChocoSGD"]
 
@@ -100,9 +101,14 @@ class ChocoSGD(GossipAlgorithm):
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """``T = compute + N``: one blocking neighbour exchange of the payload
-        (it needs this step's local update), ``degree (alpha + n beta)``."""
-        return profile.compute + gossip_time(options, payload_bytes(options, int(profile.grad_bytes // 4)), P, net)
+        """``T = compute + C + N``: one blocking neighbour exchange of the
+        payload (it needs this step's local update), ``N = degree (alpha + n
+        beta)``, and its compression C (compress once, decompress degree + 1
+        payloads, from the compressor's measured per-entry costs)."""
+        d = int(profile.grad_bytes // 4)
+        deg = exchange_degree(options.topology, P, options.seed, options.radius)
+        return profile.compute + codec_seconds(options, d, deg + 1) + gossip_time(options, payload_bytes(options, d),
+                                                                                  P, net)
 
     @classmethod
     def default_label(cls, options) -> str:

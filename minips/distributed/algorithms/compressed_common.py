@@ -18,8 +18,9 @@ import numpy as np
 
 from ..compression import COMPRESSORS, make_compressor
 
-__all__ = ["PublicCopies", "build_compressor", "compressor_field", "compressor_kwargs", "compressor_options_field",
-           "compressor_spec", "exchange_time", "payload_bytes", "validate_compressor"]
+__all__ = ["PublicCopies", "averaging_time", "build_compressor", "codec_seconds", "compressor_field",
+           "compressor_kwargs", "compressor_options_field", "compressor_spec", "exchange_time", "payload_bytes",
+           "validate_compressor"]
 
 
 def compressor_field(default: str):
@@ -88,11 +89,26 @@ def payload_bytes(options, d: int) -> int:
     return int(n)
 
 
+def codec_seconds(options, d: int, decodes: int) -> float:
+    """Modelled compute seconds to compress a d-vector once and decompress
+    ``decodes`` payloads, from the compressor's measured per-entry costs
+    (:meth:`~minips.distributed.compression.Compressor.seconds`)."""
+    c = make_compressor(options.compressor, **compressor_kwargs(options))
+    return c.seconds(d, decodes=decodes)
+
+
+def averaging_time(options, d: int, P: int, net) -> float:
+    """Seconds of one compressed average of a d-vector: compress, the exchange
+    (:func:`exchange_time`), and decompress one summed payload (summable) or P."""
+    c = make_compressor(options.compressor, **compressor_kwargs(options))
+    return codec_seconds(options, d, 1 if c.summable else P) + exchange_time(options, d, P, net)
+
+
 def exchange_time(options, d: int, P: int, net) -> float:
     """Seconds of one :func:`~minips.distributed.compression.exchange` of a
     d-vector: an allreduce of the payload (summable compressors) or a ring
-    allgatherv of P payloads; 0 for P = 1. Compression and decompression
-    compute are not modelled (they are measured: the phases compress and decompress)."""
+    allgatherv of P payloads; 0 for P = 1 (network time only; see
+    :func:`averaging_time` for compression compute)."""
     if P <= 1:
         return 0.0
     c = make_compressor(options.compressor, **compressor_kwargs(options))

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..topology import check_same_on_all_ranks
-from .compressed_common import PublicCopies, compressor_field, exchange_time, payload_bytes
-from .gossip_common import Mixer, build_topology, gossip_time, radius_field, seed_field, topology_field
+from .compressed_common import PublicCopies, averaging_time, codec_seconds, compressor_field, payload_bytes
+from .gossip_common import (Mixer, build_topology, exchange_degree, gossip_time, radius_field, seed_field,
+                            topology_field)
 from .gossip_common import validate_topology
 from .pqasgd import PQASGD
 
@@ -94,13 +95,16 @@ class QPRSGD(PQASGD):
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """``T = compute + X / K``; X = the allreduce mode's exchange (as
-        pqasgd) or, in gossip mode, one neighbour exchange of the payload,
-        ``degree (alpha + n beta)``."""
+        """``T = compute + (C + X) / K``; X and C as pqasgd's in allreduce
+        mode; in gossip mode X = one neighbour exchange of the payload,
+        ``degree (alpha + n beta)``, and C = compress once, decompress
+        degree + 1 payloads."""
         d = int(profile.grad_bytes // 4)
         if options.mode == "allreduce":
-            return profile.compute + exchange_time(options, d, P, net) / options.period
-        return profile.compute + gossip_time(options, payload_bytes(options, d), P, net) / options.period
+            return profile.compute + averaging_time(options, d, P, net) / options.period
+        deg = exchange_degree(options.topology, P, options.seed, options.radius)
+        x = gossip_time(options, payload_bytes(options, d), P, net)
+        return profile.compute + (codec_seconds(options, d, deg + 1) + x) / options.period
 
     @classmethod
     def default_label(cls, options) -> str:

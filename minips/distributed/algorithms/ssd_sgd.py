@@ -56,8 +56,11 @@ class SSDSGD(Algorithm):
     keeps every rank's state).
 
     Options (spec ``ssd-sgd:period=4:warmup=200``):
-        period: k >= 1 (default 4): steps between global reductions; each is
+        period: k >= 1 (default 2): steps between global reductions; each is
             applied k - 1 steps after it was posted. 1 = synchronous SGD.
+            (k = 4 diverged on the mini set at lr 0.05 with Nesterov momentum
+            0.9, docs/bench/compression/p4-ssd-sgd-period4-diverged.txt; k = 2
+            trained: the default.)
         warmup: T_w synchronous steps first (default -1 = a tenth of the
             planned steps; the paper's warm-up length was not available).
 
@@ -79,7 +82,7 @@ class SSDSGD(Algorithm):
 
     @dataclass
     class Options:
-        period: int = field(default=4, metadata={
+        period: int = field(default=2, metadata={
             "help": "k: steps between global reductions, each applied k-1 steps after posting", "unit": "steps"})
         warmup: int = field(default=-1, metadata={
             "help": "synchronous warm-up steps; -1 = a tenth of the planned steps", "unit": "steps"})
