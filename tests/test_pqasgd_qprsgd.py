@@ -56,7 +56,7 @@ def test_four_ranks_identity_equivalences_topk_rules_and_bytes(tmp_path):
     assert pqa3["bytes"].tolist() == every(allreduce_sent(P, 4 * D), 3)
     assert pqa_top["bytes"].tolist() == every(allgatherv_sent(P, 8 * 5), 2)
     assert pqa_def["bytes"].tolist() == every(allgatherv_sent(P, qsgd_bytes(D, s=1)), 2)
-    assert qprg_def["bytes"].tolist() == every(2 * qsgd_bytes(D, s=4), 8)
+    assert qprg_def["bytes"].tolist() == every(2 * qsgd_bytes(D, s=32), 8)  # gossip mode's default s = 32
     assert qprg_top["bytes"].tolist() == every(2 * 8 * 5, 3)
     assert [r["wire_bytes"] for r in pqa_def["log"]] == [qsgd_bytes(D, s=1) * ((t + 1) % 2 == 0) for t in range(STEPS)]
     assert all(r["pending"] == 0 for r in (pqa3, qprg, pqa_def, qprg_def))
@@ -116,7 +116,7 @@ def test_spec_forms_and_cost_models():
     assert resolve("pqasgd:3").options == resolve("pqasgd:period=3").options
     assert resolve("pqasgd").run_label == "pqasgd:period=2:qsgd-quant:s=1"
     gossip = resolve("qprsgd:mode=gossip")
-    assert gossip.cls.default_label(gossip.options) == "qprsgd:period=8:qsgd-quant:s=4:gossip-ring"
+    assert gossip.cls.default_label(gossip.options) == "qprsgd:period=8:qsgd-quant:s=32:gossip-ring"
     assert not resolve("pqasgd").replicated and not resolve("qprsgd").replicated
     net, d = NetworkModel(alpha=1e-4, beta=1e-8), 1_000_000
     prof = StepProfile(forward=0.02, backward=0.03, grad_bytes=4 * d)
@@ -128,6 +128,6 @@ def test_spec_forms_and_cost_models():
     nb = qsgd_bytes(d, s=1)  # ring allgatherv of 8 payloads: 7 (alpha + n beta); 8 decodes
     assert resolve("pqasgd:period=2").step_time(prof, 8, net) == pytest.approx(
         0.05 + (7 * (1e-4 + nb * 1e-8) + codec(QSGD, 8)) / 2)
-    nb = qsgd_bytes(d, s=4)  # the ring's 2 neighbours; own + 2 decodes
+    nb = qsgd_bytes(d, s=32)  # gossip mode's default s = 32; the ring's 2 neighbours; own + 2 decodes
     assert resolve("qprsgd:mode=gossip").step_time(prof, 8, net) == pytest.approx(
         0.05 + (2 * (1e-4 + nb * 1e-8) + codec(QSGD, 3)) / 8)

@@ -14,8 +14,6 @@ that every holder of a rank's copy applies the same quantized messages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
-
 from ..topology import check_same_on_all_ranks
 from .compressed_common import PublicCopies, averaging_time, codec_seconds, compressor_field, payload_bytes
 from .gossip_common import (Mixer, build_topology, exchange_degree, gossip_time, radius_field, seed_field,
@@ -59,7 +57,10 @@ class QPRSGD(PQASGD):
         period: K >= 1 local steps per round (default 8).
         mode: ``allreduce`` (default) or ``gossip``.
         compressor: default ``qsgd-quant`` with s = 4 (4 bits per entry,
-            bucket 512); its options as more ``key=value``.
+            bucket 512) in allreduce mode, s = 32 (7 bits) in gossip mode,
+            which needs a contractive compressor (``E||Q(v) - v||^2 <
+            ||v||^2``; with s = 4 the gossip mode diverged on the mini set);
+            its options as more ``key=value``.
         error_feedback: add what Q dropped to the next delta (default false).
         topology, seed, radius: the gossip mode's static graph (default ring).
 
@@ -87,7 +88,13 @@ class QPRSGD(PQASGD):
         topology: str = topology_field(choices=STATIC, help="gossip mode: the static communication graph")
         seed: int = seed_field()
         radius: float = radius_field()
-        COMPRESSOR_DEFAULTS: ClassVar[dict] = {"qsgd-quant": {"s": 4}}
+
+        @property
+        def COMPRESSOR_DEFAULTS(self) -> dict:
+            """QSGD s = 4 (4 bits) for the allreduce mode; s = 32 (7 bits) for
+            the gossip mode, whose copies need a contractive compressor (s = 4
+            on buckets of 512 is not one: it diverged, see the docs)."""
+            return {"qsgd-quant": {"s": 32 if self.mode == "gossip" else 4}}
 
         def validate(self):
             super().validate()
