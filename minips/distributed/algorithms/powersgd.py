@@ -39,9 +39,10 @@ from .base import Algorithm
 
 __all__ = ["PowerSGD", "orthogonalize"]
 
-#: modelled compute per step: ~4 n m r multiply-adds (M Q, M^T P, P Q^T, the error) at this rate
-#: (single-thread float32 GEMV-like products on small r; a nominal figure, see docs/compression-draft.md)
-FLOPS = 2e9
+#: modelled compute per step: ~4 n m r multiply-adds (M Q, M^T P, P Q^T, the error) at this rate,
+#: measured for a 649 x 649 matrix, r = 2, one thread (1.8e10 /s; CPU time,
+#: docs/bench/compression/compress-time.json); smaller matrices run slower than this
+FLOPS = 1.8e10
 
 
 def orthogonalize(P: np.ndarray, eps: float = 1e-8) -> np.ndarray:
