@@ -296,3 +296,38 @@ def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_ma
     G_prev[...] = G
     w_prev[...] = w_then
     return F.astype(np.float32), c.astype(np.float32)
+
+
+# --- compressors (twins of minips.kernels.compress) ---------------------------------
+def qsgd_quantize(v, s, bucket, u):
+    """QSGD stochastic rounding per bucket: (norms float32, codes int16)."""
+    d = v.size
+    nb = (d + bucket - 1) // bucket
+    x = np.zeros(nb * bucket, np.float64)
+    x[:d] = v
+    x = x.reshape(nb, bucket)
+    norms = np.sqrt((x * x).sum(1))
+    safe = np.where(norms == 0, 1.0, norms)
+    r = (s * np.abs(x) / safe[:, None]).ravel()[:d]
+    lev = np.floor(r) + (u < r - np.floor(r))
+    lev = np.where(np.repeat(norms, bucket)[:d] == 0, 0, lev)
+    return norms.astype(np.float32), (np.sign(v.astype(np.float64)) * lev).astype(np.int16)
+
+
+def qsgd_dequantize(norms, codes, s, bucket):
+    """``norm_of_bucket * code / s`` as float32."""
+    return (np.repeat(norms.astype(np.float64), bucket)[:codes.size] * codes / s).astype(np.float32)
+
+
+def countsketch_accumulate(v, buckets, signs, cols):
+    """``S[r, h_r(j)] += s_r(j) v_j``: float32 (rows, cols)."""
+    table = np.zeros((buckets.shape[0], cols), np.float32)
+    for r in range(buckets.shape[0]):
+        np.add.at(table[r], buckets[r], signs[r] * v)
+    return table
+
+
+def countsketch_query(table, buckets, signs):
+    """Median over rows of ``s_r(j) S[r, h_r(j)]``: float32 (d,)."""
+    est = signs * np.take_along_axis(table, buckets.astype(np.int64), axis=1)
+    return np.median(est, axis=0).astype(np.float32)

@@ -142,7 +142,8 @@ def save_trainer(trainer, path) -> None:
 
     In-flight requests are completed first (``algo.drain()``: results are kept,
     the trajectory does not change). When the algorithm keeps ranks identical,
-    rank 0's weights, optimizer and algorithm state are stored; otherwise every
+    rank 0's weights, optimizer and algorithm state are stored, unless its
+    state differs per rank (``algo.per_rank_state``, e.g. error feedback); otherwise every
     rank's (gathered to rank 0; ``per_rank`` = True). Every rank's RNG state is
     always stored. Rank 0 writes; the outcome is broadcast, so a failed write
     raises on every rank instead of leaving them hanging.
@@ -158,7 +159,7 @@ def save_trainer(trainer, path) -> None:
     algo, comm = trainer.algo, trainer.comm
     algo.drain()
     rng_states = comm.allgather(json.dumps(mrandom.get_state()))
-    per_rank = not algo.replicated
+    per_rank = not algo.replicated or algo.per_rank_state
     mine = {"weights": algo.flat.weights.copy(), "optimizer": trainer.optimizer.state_dict(),
             "algorithm": algo.state_dict()}
     ranks = comm.gather_obj(mine, root=0) if per_rank else [mine]  # only rank 0 writes

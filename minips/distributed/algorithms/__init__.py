@@ -18,24 +18,33 @@ from dataclasses import dataclass
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
+from .choco_sgd import ChocoSGD
 from .d_psgd import DPSGD
 from .dng import DNG
 from .elastic_gossip import ElasticGossip
 from .gossip_aga import GossipAGA
 from .gossip_pga import GossipPGA
+from .gaussian_avg import GaussianAveraging
 from .gossipgrad import GossipGraD
 from .gradient_tracking import GradientTracking
+from .gs_sgd import GlobalSketchSGD
 from .gt_pga import GTPGA
 from .hetero_gossip import HeteroGossip
 from .local_sgd import LocalSGD
 from .overlap_local_sgd import OverlapLocalSGD
 from .pd_sgd import PDSGD
+from .pqasgd import PQASGD
 from .post_local_sgd import PostLocalSGD
+from .powersgd import PowerSGD
 from .pseudo_sync import PseudoSyncSGD
+from .qprsgd import QPRSGD
+from .qsgd import QSGDSGD
 from .sgp import SGP
 from .spec import ParsedSpec, build_options, option_rows, options_dict, parse_spec
+from .ssd_sgd import SSDSGD
 from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
+from .topk_sgd import TopKSGD
 
 __all__ = ["ALGORITHMS", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
            "StepContext", "algorithm_class", "build_algorithm",
@@ -65,6 +74,16 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "gt-pga": GTPGA,
     "dng": DNG,
     "hetero-gossip": HeteroGossip,
+    # compression
+    "topk-sgd": TopKSGD,
+    "qsgd": QSGDSGD,
+    "powersgd": PowerSGD,
+    "gs-sgd": GlobalSketchSGD,
+    "gaussian-avg": GaussianAveraging,
+    "pqasgd": PQASGD,
+    "ssd-sgd": SSDSGD,
+    "qprsgd": QPRSGD,
+    "choco-sgd": ChocoSGD,
 }
 
 #: the algorithm ``train`` runs when none is named (the project's centrepiece)

@@ -121,6 +121,9 @@ class Algorithm:
     gradient_allreduce_per_step = True
     #: option names that a spec may give positionally (``NAME:V1:V2``)
     POSITIONAL: tuple = ()
+    #: whether :meth:`state_dict` differs between ranks although the weights are
+    #: identical (e.g. error-feedback memories): checkpoints then store every rank's state
+    per_rank_state = False
     Options = NoOptions
 
     def __init__(self, params, optimizer, comm, options=None, **kw):

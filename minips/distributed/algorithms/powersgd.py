@@ -1,0 +1,193 @@
+"""PowerSGD: a rank-r approximation of every weight matrix's gradient by one
+power iteration with warm start, two allreduces of small factors, error feedback.
+
+T. Vogels, S. P. Karimireddy, M. Jaggi, "PowerSGD: Practical Low-Rank Gradient
+Compression for Distributed Optimization", NeurIPS 2019 (arXiv:1905.13727),
+Algorithm 1 with error feedback (Algorithm 2); the compression hook PyTorch
+DDP ships (``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook``).
+For every weight gradient reshaped to a matrix ``n x m`` (a conv kernel
+``(out, in*kh*kw)``), rank i, step t::
+
+    M_i = G_i + E_i                        # error feedback
+    P_i = M_i Q                            # n x r; Q (m x r) is last step's (warm start)
+    P = ALLREDUCE-MEAN(P_i)                # first allreduce: all P's in one buffer
+    P^ = ORTHOGONALIZE(P)                  # Gram-Schmidt on the r columns
+    Q_i = M_i^T P^                         # m x r
+    Q = ALLREDUCE-MEAN(Q_i)                # second allreduce: all Q's
+    E_i = M_i - P^ Q^T                     # what rank i's approximation missed
+    G = P^ Q^T                             # the same on every rank: replicas stay identical
+    w = opt(w, G)
+
+As in the paper (and PyTorch's hook), tensors that are not matrices (biases)
+go uncompressed: their gradients ride along in the first allreduce, averaged
+exactly; so do matrices where the factors would not be smaller
+(``r (n + m) >= n m``). Before ``start`` steps every gradient is allreduced
+whole (PyTorch's ``start_powerSGD_iter``; default 0, the paper's rule from the
+first step). Q starts from a standard normal matrix drawn from a seed shared
+by all ranks. Bytes per step: ``4 (sum r (n + m) + uncompressed)`` in two
+allreduces.
+
+Options: ``rank`` (r, default 2), ``start`` (0), ``error_feedback`` (true), ``seed`` (0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .base import Algorithm
+
+__all__ = ["PowerSGD", "orthogonalize"]
+
+#: modelled compute per step: ~4 n m r multiply-adds (M Q, M^T P, P Q^T, the error) at this rate,
+#: measured for a 649 x 649 matrix, r = 2, one thread (1.8e10 /s; CPU time,
+#: docs/bench/compression/compress-time.json); smaller matrices run slower than this
+FLOPS = 1.8e10
+
+
+def orthogonalize(P: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """In place, Gram-Schmidt on the columns of P (n x r, float32): orthonormal
+    columns spanning the same space (a zero column stays zero). Returns P."""
+    for c in range(P.shape[1]):
+        col = P[:, c]
+        for j in range(c):
+            col -= np.dot(P[:, j], col) * P[:, j]
+        col /= np.float32(max(float(np.linalg.norm(col)), eps))
+    return P
+
+
+class PowerSGD(Algorithm):
+    """PowerSGD (Vogels et al. 2019): rank-r power-iteration compression with warm start and error feedback."""
+
+    name = "powersgd"
+    family = "compression"
+    paper = ("T. Vogels, S. P. Karimireddy, M. Jaggi, PowerSGD: Practical Low-Rank Gradient Compression for "
+             "Distributed Optimization, NeurIPS 2019 (arXiv:1905.13727)")
+    POSITIONAL = ("rank",)
+    per_rank_state = True  # each rank's error E_i
+
+    @dataclass
+    class Options:
+        rank: int = field(default=2, metadata={"help": "r: rank of each matrix's approximation"})
+        start: int = field(default=0, metadata={"help": "steps of plain allreduce before compressing",
+                                                "unit": "steps"})
+        error_feedback: bool = field(default=True, metadata={
+            "help": "add what the approximation missed to the next gradient"})
+        seed: int = field(default=0, metadata={"help": "seed of the initial Q (shared by all ranks)"})
+
+        def validate(self):
+            if self.rank < 1:
+                raise ValueError(f"rank must be >= 1 (the approximation's rank r; 1-4 is usual), got {self.rank}")
+            if self.start < 0:
+                raise ValueError(f"start must be >= 0 (steps of plain allreduce first), got {self.start}")
+
+    @staticmethod
+    def matrix_shape(shape) -> tuple | None:
+        """``(n, m)`` a parameter of this shape is compressed as, or None (a vector)."""
+        if len(shape) < 2:
+            return None
+        return int(shape[0]), int(np.prod(shape[1:]))
+
+    @classmethod
+    def plan(cls, shapes, r: int):
+        """Which parameters are compressed: (list of (index, n, m), floats of
+        the first allreduce, floats of the second)."""
+        mats, plain = [], 0
+        for i, shape in enumerate(shapes):
+            nm = cls.matrix_shape(shape)
+            if nm is not None and r * (nm[0] + nm[1]) < nm[0] * nm[1]:
+                mats.append((i, *nm))
+            else:
+                plain += int(np.prod(shape)) if shape else 1
+        return mats, sum(n * r for _, n, _ in mats) + plain, sum(m * r for _, _, m in mats)
+
+    @classmethod
+    def step_time(cls, options, profile, P, net, phi=0.0) -> float:
+        """``T = compute + 4 n m r / FLOPS + A(4 p) + A(4 q)``: two blocking
+        allreduces of the factors (p, q floats); without the model's layer
+        shapes the profile gives only d = grad_bytes / 4, so the matrices are
+        taken as one square ``sqrt(d) x sqrt(d)`` (an estimate: p = q = r sqrt(d))."""
+        d = profile.grad_bytes / 4
+        side = np.sqrt(d)
+        p = q = options.rank * side
+        return (profile.compute + 4 * d * options.rank / FLOPS
+                + net.allreduce_time(4 * p, P) + net.allreduce_time(4 * q, P))
+
+    def setup(self) -> None:
+        r = self.options.rank
+        shapes = [p.shape for p in self.flat.params]
+        self.mats, n_p, n_q = self.plan(shapes, r)
+        compressed = {i for i, _, _ in self.mats}
+        self.plain = [i for i in range(len(shapes)) if i not in compressed]
+        self.p_buf = np.zeros(n_p, np.float32)
+        self.q_buf = np.zeros(n_q, np.float32)
+        rng = np.random.default_rng([self.options.seed, 0x5057])
+        self.Q = [rng.standard_normal((m, r)).astype(np.float32) for _, _, m in self.mats]  # warm start state
+        self.E = [np.zeros((n, m), np.float32) for _, n, m in self.mats] if self.options.error_feedback else None
+        self.out = np.zeros_like(self.flat.weights)
+
+    def _views(self, buf, sizes):
+        out, pos = [], 0
+        for s in sizes:
+            out.append(buf[pos:pos + s])
+            pos += s
+        return out, pos
+
+    def step(self) -> None:
+        g = self.flat.grads[0]
+        if self.step_count < self.options.start:  # warm-up: plain synchronous SGD
+            self.timer.add("wait", self.comm.allreduce(g))
+            self.apply_update(self.average(g))
+            return self.end_step()
+        r = self.options.rank
+        grads = [self.flat._view(g, i) for i, _, _ in self.mats]
+        with self.timer.phase("compress"):
+            M = [gi.reshape(n, m) + (self.E[k] if self.E is not None else 0)
+                 for k, (gi, (_, n, m)) in enumerate(zip(grads, self.mats))]
+            Ps, pos = self._views(self.p_buf, [n * r for _, n, _ in self.mats])
+            for k, Mk in enumerate(M):
+                np.matmul(Mk, self.Q[k], out=Ps[k].reshape(-1, r))      # P_i = M_i Q
+            plain = [self.flat._view(g, i).ravel() for i in self.plain]
+            self.p_buf[pos:] = np.concatenate(plain) if plain else []  # vectors ride along, uncompressed
+        self.timer.add("wait", self.comm.allreduce(self.p_buf))          # first allreduce
+        self.average(self.p_buf)
+        with self.timer.phase("compress"):
+            Qs, _ = self._views(self.q_buf, [m * r for _, _, m in self.mats])
+            for k, Mk in enumerate(M):
+                Ph = orthogonalize(Ps[k].reshape(-1, r))                  # P^ (identical on every rank)
+                np.matmul(Mk.T, Ph, out=Qs[k].reshape(-1, r))             # Q_i = M_i^T P^
+        self.timer.add("wait", self.comm.allreduce(self.q_buf))          # second allreduce
+        self.average(self.q_buf)
+        with self.timer.phase("decompress"):
+            for k, (i, n, m) in enumerate(self.mats):
+                self.Q[k][...] = Qs[k].reshape(m, r)                      # warm start for the next step
+                approx = Ps[k].reshape(n, r) @ self.Q[k].T                # G = P^ Q^T
+                if self.E is not None:
+                    np.subtract(M[k], approx, out=self.E[k])              # E_i = M_i - P^ Q^T
+                self.flat._view(self.out, i)[...] = approx.reshape(self.flat.params[i].shape)
+            off = 0
+            for i in self.plain:
+                v = self.flat._view(self.out, i)
+                v[...] = self.p_buf[pos + off:pos + off + v.size].reshape(v.shape)
+                off += v.size
+        self.log = {"wire_bytes": self.p_buf.nbytes + self.q_buf.nbytes}
+        self.apply_update(self.out)
+        self.end_step()
+
+    def report(self) -> dict:
+        return {"compressed_matrices": [(int(n), int(m)) for _, n, m in self.mats],
+                "floats_per_step": int(self.p_buf.size + self.q_buf.size), "model_floats": int(self.flat.numel)}
+
+    def state_dict(self) -> dict:
+        state = {**super().state_dict(), "Q": [q.copy() for q in self.Q]}
+        if self.E is not None:
+            state["E"] = [e.copy() for e in self.E]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        for dst, src in zip(self.Q, state.get("Q", [])):
+            dst[...] = np.asarray(src, np.float32)
+        if self.E is not None:
+            for dst, src in zip(self.E, state.get("E", [])):
+                dst[...] = np.asarray(src, np.float32)
