@@ -50,6 +50,7 @@ class CPUInfo:
     fma_units: int
     ghz: float
     ghz_source: str
+    isa_bits: int = 0
 
     @property
     def lanes(self) -> int:
@@ -132,7 +133,8 @@ def detect() -> CPUInfo:
     units = int(os.environ.get("MINIPS_FMA_UNITS", "2"))
     ghz, source = _clock_ghz(fields)
     model = fields.get("model name", platform.processor() or platform.machine())
-    return CPUInfo(model, vendor, cores_on_node(), simd, bits, units, ghz, source)
+    isa = 512 if "avx512f" in flags else (256 if flags & {"avx", "avx2", "fma"} else 128)
+    return CPUInfo(model, vendor, cores_on_node(), simd, bits, units, ghz, source, isa)
 
 
 @njit(fastmath=True, cache=True)
