@@ -78,7 +78,7 @@ def _check_schema(res, ranks, torch_compared):
             assert sorted(r["params"]) == sorted(impls)
             assert len(set(r["params"].values())) == 1           # same parameter count
             for k in impls:
-                assert r[k]["step_ms_median"] > 0
+                assert r[k]["step_ms_median"] > 0 and r[k]["cpu_ms_median"] > 0
                 assert r[k]["samples_per_s"] == pytest.approx(
                     r["batch_per_rank"] * r["ranks"] * 1e3 / r[k]["step_ms_median"])
             assert ("ratio_minips_over_torch_time" in r) is torch_compared

@@ -16,7 +16,7 @@ gloo, in the *same* processes, so the launcher, threads and binding are the
 same). The two take turns ``--chunk`` steps at a time for ``--steps`` timed
 steps each, after ``--warmup`` untimed steps, so a load that drifts affects
 both. A chunk's time is its slowest rank's; the table shows the median over
-chunks of the step time, samples/s (images/s for the ConvNet, sequences/s for
+chunks of the step time (wall clock, and CPU time of the process), samples/s (images/s for the ConvNet, sequences/s for
 the LSTM; global: P x batch / step time) and the ratio of step times.
 
 Every result carries the CPU model, vector width, threads, the cores each
@@ -140,7 +140,7 @@ def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
 def format_table(points: list) -> str:
     """One line per (workload, ranks, batch): step ms, samples/s, ratio."""
     head = (f"{'workload':<9}{'ranks':>6}{'batch':>6}{'minips ms':>11}{'torch ms':>10}{'minips/s':>10}"
-            f"{'torch/s':>10}{'time ratio':>11}  {'load (1 min) before/after'}")
+            f"{'torch/s':>10}{'time ratio':>11}{'cpu ms':>15}{'cpu ratio':>10}  {'load 1 min'}")
     lines = [head, "-" * len(head)]
     for pt in points:
         load = (f"{pt['load_before'][0]:.2f}/{pt['load_after'][0]:.2f}"
@@ -153,7 +153,10 @@ def format_table(points: list) -> str:
                          f"{r['minips']['samples_per_s']:>10.0f}"
                          f"{(format(t['samples_per_s'], '10.0f') if t else '-'.rjust(10))}"
                          f"{(format(r['ratio_minips_over_torch_time'], '10.2f') + 'x' if t else '-'.rjust(11))}"
-                         f"  {load}")
+                         + (f"{r['minips']['cpu_ms_median']:>8.1f}/{t['cpu_ms_median']:<6.1f}"
+                            f"{r['minips']['cpu_ms_median'] / t['cpu_ms_median']:>9.2f}x"
+                            if t else f"{r['minips']['cpu_ms_median']:>8.1f}{'-':>17}")
+                         + f"  {load}")
     return "\n".join(lines)
 
 
@@ -220,8 +223,9 @@ def run(args) -> int:
               flush=True)
     print(format_table(points))
     if use_torch:
-        print("time ratio = minips step time / PyTorch step time (below 1: minips faster); "
-              "medians over chunks of interleaved steps; several ranks: PyTorch DDP over gloo")
+        print("time ratio = minips step time / PyTorch step time (below 1: minips faster); medians over chunks "
+              "of interleaved steps; several ranks: PyTorch DDP over gloo; cpu ms: the process's CPU time per "
+              "step (minips/torch; time waiting for a core that other processes hold is not in it)")
     if note:
         print("note: " + note)
     res = {"machine": m, "options": {k: getattr(args, k) for k in ("against", "ranks", "batch_size", "workloads",

@@ -173,13 +173,16 @@ class TorchRunner:
 
 
 def interleaved(runners: dict, comm, steps: int, chunk: int, warmup: int) -> dict:
-    """Seconds per step of each runner, chunk by chunk, A B / B A alternating.
-    Each chunk's time is the slowest rank's (the step is collective anyway)."""
+    """Seconds per step of each runner, chunk by chunk, A B / B A alternating:
+    ``(wall, cpu)``, each ``{name: [per chunk]}``. Each chunk's time is the
+    slowest rank's (the step is collective anyway); cpu is the process's CPU
+    time (all its threads; communication that polls counts too)."""
     for r in runners.values():
         for _ in range(warmup):
             r.step()
     names = list(runners)
     per = {k: [] for k in names}
+    cpu = {k: [] for k in names}
     done = 0
     rnd = 0
     while done < steps:
@@ -187,14 +190,15 @@ def interleaved(runners: dict, comm, steps: int, chunk: int, warmup: int) -> dic
         order = names if rnd % 2 == 0 else names[::-1]
         for name in order:
             comm.barrier()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for _ in range(k):
                 runners[name].step()
-            dt = (time.perf_counter() - t) / k
+            dt, dc = (time.perf_counter() - t) / k, (time.process_time() - c) / k
             per[name].append(comm.allreduce_scalar(dt, "max"))
+            cpu[name].append(comm.allreduce_scalar(dc, "max"))
         done += k
         rnd += 1
-    return per
+    return per, cpu
 
 
 def main(argv=None) -> int:
@@ -238,13 +242,14 @@ def main(argv=None) -> int:
             runners = {"minips": MinipsRunner(wl, b, comm)}
             if torch is not None:
                 runners["torch"] = TorchRunner(wl, b, torch, runners["minips"].model, comm.rank, comm.size)
-            per = interleaved(runners, comm, a.steps, a.chunk, a.warmup)
+            per, cpu = interleaved(runners, comm, a.steps, a.chunk, a.warmup)
             row = {"workload": wl, "ranks": comm.size, "batch_per_rank": b,
                    "params": {k: r.params for k, r in runners.items()}}
             for k, ts in per.items():
                 med = float(np.median(ts))
                 row[k] = {"step_ms_median": 1e3 * med, "step_ms_min": 1e3 * float(np.min(ts)),
                           "step_ms_chunks": [1e3 * t for t in ts],
+                          "cpu_ms_median": 1e3 * float(np.median(cpu[k])),
                           "samples_per_s": b * comm.size / med}
             if "torch" in row:
                 row["ratio_minips_over_torch_time"] = row["minips"]["step_ms_median"] / row["torch"]["step_ms_median"]
