@@ -82,6 +82,7 @@ def _check_schema(res, ranks, torch_compared):
                 assert r[k]["samples_per_s"] == pytest.approx(
                     r["batch_per_rank"] * r["ranks"] * 1e3 / r[k]["step_ms_median"])
             assert ("ratio_minips_over_torch_time" in r) is torch_compared
+            assert r["flops_per_sample"] > 0 and all(r[k]["fraction_of_sgemm"] > 0 for k in impls)
 
 
 @pytest.mark.mpi

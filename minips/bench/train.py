@@ -222,6 +222,31 @@ def run(args) -> int:
               f"{pt['threading_layer']} threading layer, load {pt['load_before']} -> {pt['load_after']}",
               flush=True)
     print(format_table(points))
+    from .kernels import set_threads, sgemm_rates
+    torch_mod = None
+    if use_torch:
+        import torch as torch_mod
+    set_threads(1, torch_mod)
+    sg = sgemm_rates(torch_mod, clock="cpu")
+    m["sgemm_1thread"] = sg
+    for pt in points:
+        for r in pt["rows"]:
+            for k in ("minips", "torch"):
+                if k in r:
+                    gf = r["flops_per_sample"] * r["batch_per_rank"] / r[k]["cpu_ms_median"] / 1e6
+                    r[k]["gflops_per_rank_cpu"] = gf
+                    r[k]["fraction_of_sgemm"] = gf / sg[sg["fastest"]]
+    print(f"single-thread sgemm {sg['n']}^3 (CPU time): "
+          + ", ".join(f"{k} {sg[k]:.1f}" for k in ("numpy", "torch") if k in sg)
+          + f" GFLOP/s; fastest BLAS: {sg['fastest']}")
+    for pt in points:
+        for r in pt["rows"]:
+            if r["ranks"] == 1:
+                print(f"  {r['workload']} batch {r['batch_per_rank']}: training step at "
+                      + ", ".join(f"{k} {r[k]['gflops_per_rank_cpu']:.1f} GFLOP/s "
+                                  f"({100 * r[k]['fraction_of_sgemm']:.0f}% of sgemm)"
+                                  for k in ("minips", "torch") if k in r)
+                      + f" ({r['flops_per_sample'] / 1e6:.1f} MFLOP/sample, per CPU second)")
     if use_torch:
         print("time ratio = minips step time / PyTorch step time (below 1: minips faster); medians over chunks "
               "of interleaved steps; several ranks: PyTorch DDP over gloo; cpu ms: the process's CPU time per "

@@ -39,6 +39,19 @@ WORKLOADS = {
 LSTM_T, LSTM_F, LSTM_H, LSTM_V = 10, 128, 256, 32
 
 
+def flops_per_sample(workload: str) -> float:
+    """Floating-point operations of one training sample (forward + backward,
+    the matrix products and convolutions only; 2 per multiply-add). Backward
+    costs 2x forward (data and weight gradients) except the first
+    convolution, whose input needs no gradient (1x)."""
+    if workload == "convnet":
+        c1 = 2.0 * 32 * 1 * 9 * 28 * 28
+        c2 = 2.0 * 64 * 32 * 9 * 14 * 14
+        fc = 2.0 * (3136 * 128 + 128 * 10)
+        return (c1 + c2 + fc) + (c1 + 2 * c2 + 2 * fc)
+    return 3 * 2.0 * LSTM_T * 4 * LSTM_H * (LSTM_F + LSTM_H) + 3 * 2.0 * LSTM_T * LSTM_H * LSTM_V
+
+
 # --- the networks ------------------------------------------------------------------
 def minips_net(workload: str):
     """(model, loss(batch) -> Tensor) in minips."""
@@ -244,6 +257,7 @@ def main(argv=None) -> int:
                 runners["torch"] = TorchRunner(wl, b, torch, runners["minips"].model, comm.rank, comm.size)
             per, cpu = interleaved(runners, comm, a.steps, a.chunk, a.warmup)
             row = {"workload": wl, "ranks": comm.size, "batch_per_rank": b,
+                   "flops_per_sample": flops_per_sample(wl),
                    "params": {k: r.params for k, r in runners.items()}}
             for k, ts in per.items():
                 med = float(np.median(ts))
