@@ -8,4 +8,6 @@ Python that a debugger can step through. Every kernel has a plain-NumPy twin in
 
 Kernels know nothing about Tensors or MPI: arrays in, arrays out.
 """
-from .threads import configure_threads, threads_per_rank  # noqa: F401
+from .threads import configure_threads, set_passive_wait, threads_per_rank  # noqa: F401
+
+set_passive_wait()   # before Numba loads its OpenMP runtime: idle threads sleep, not spin

@@ -55,3 +55,31 @@ def test_only_that_matches_nothing_is_an_error_listing_the_kernels(capsys):
     assert "error: --only 'nothing_matches' matches no benchmark case" in captured.err
     assert "relu fwd" in captured.err and "conv2d" in captured.err
     assert "GFLOP/s" not in captured.out  # no empty table
+
+
+def test_vector_peak_probe_uses_every_width_the_cpu_has():
+    """The probe runs one loop per vector width the CPU flags list (512 bits only
+    with avx512f), and on x86 its FMA instructions name that width's registers."""
+    import platform
+
+    from minips.kernels import cpuinfo
+    with open("/proc/cpuinfo") as f:
+        flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith(("flags", "Features"))), [])
+    assert "<16 x float>" in cpuinfo.fma_loop_ir(512) and "<8 x float>" in cpuinfo.fma_loop_ir(256)
+    res = cpuinfo.measure_vector_peak(seconds=0.01)
+    want = [128] + ([256] if "avx" in flags else []) + ([512] if "avx512f" in flags else [])
+    assert sorted(res["gflops"]) == want
+    assert all(g > 0 for g in res["gflops"].values())
+    assert res["peak_gflops_per_core"] == max(res["gflops"].values())
+    if platform.machine() == "x86_64":
+        regs = {128: "%xmm", 256: "%ymm", 512: "%zmm"}
+        for bits in want:
+            assert res["verified"][bits] is True
+            assert res["instruction"][bits].startswith("vfmadd") and regs[bits] in res["instruction"][bits]
+
+
+def test_rows_above_the_peak_are_marked():
+    row = dict(kernel="k", shape="s", numba_ms=1.0, numpy_ms=None, torch_ms=None, numba_over_torch=None,
+               numpy_over_numba=None, gflops=120.0, gbs=None, bandwidth_fraction=None)
+    lines = bk.format_table([dict(row, peak_fraction=1.2), dict(row, kernel="j", peak_fraction=0.5)]).splitlines()
+    assert lines[2].startswith("*k") and lines[3].startswith("j")

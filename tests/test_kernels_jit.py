@@ -82,3 +82,23 @@ def test_threads_per_rank_splits_the_node(monkeypatch):
     monkeypatch.setenv("NUMBA_NUM_THREADS", "zero")
     with pytest.raises(ValueError, match="not an integer"):
         threads.threads_per_rank()
+
+
+def test_threads_for_load_uses_only_free_cores():
+    from minips.kernels import threads
+    assert threads.threads_for_load(2, 1, 2, 0.0) == (2, None)           # idle node: all cores
+    n, why = threads.threads_for_load(2, 1, 2, 2.0)                       # two busy processes on 2 cores
+    assert n == 1 and "2 other runnable" in why and "NUMBA_NUM_THREADS" in why
+    assert threads.threads_for_load(8, 1, 16, 6.0) == (8, None)          # 8 + 6 <= 16: fits
+    assert threads.threads_for_load(8, 2, 16, 6.0)[0] == 5               # (16 - 6) // 2
+    assert threads.threads_for_load(4, 4, 16, 20.0)[0] == 1              # never 0
+    assert threads.threads_for_load(1, 1, 2, 9.0) == (1, None)
+
+
+def test_other_runnable_reads_loadavg_and_idle_threads_sleep():
+    import os
+
+    from minips.kernels import threads
+    assert threads.other_runnable(mine=0, samples=1) >= 1.0   # this process is running while it reads
+    assert threads.other_runnable(mine=10 ** 6, samples=1) == 0.0
+    assert os.environ["OMP_WAIT_POLICY"] and os.environ["KMP_BLOCKTIME"]  # set on import of minips.kernels

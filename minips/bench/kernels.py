@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -242,17 +243,23 @@ def loss_cases(ctx: BenchContext):
 
 
 # --- timing -------------------------------------------------------------------------
-def time_call(fn, min_reps: int = 5, min_seconds: float = 0.2, max_reps: int = 200) -> float:
-    """Best wall time of ``fn()`` in milliseconds, after two warm-up calls
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_call(fn, min_reps: int = 5, min_seconds: float = 0.2, max_reps: int = 200, clock: str = "wall") -> float:
+    """Best time of ``fn()`` in milliseconds, after two warm-up calls
     (compilation, first-touch page faults). Runs at least ``min_reps`` times and
-    until ``min_seconds`` have passed (or ``max_reps``)."""
+    until ``min_seconds`` have passed (or ``max_reps``). ``clock="cpu"``: this
+    process's CPU time (time descheduled by other processes is not counted;
+    meaningful with one thread only)."""
+    now = CLOCKS[clock]
     fn()
     fn()
     best, total, reps = np.inf, 0.0, 0
     while reps < min_reps or (total < min_seconds and reps < max_reps):
-        t = time.perf_counter()
+        t = now()
         fn()
-        dt = time.perf_counter() - t
+        dt = now() - t
         best, total, reps = min(best, dt), total + dt, reps + 1
     return best * 1e3
 
@@ -296,9 +303,11 @@ def collect_cases(ctx: BenchContext, only: str | None = None) -> list:
     return cases
 
 
-def run_cases(cases, threads: int, peak_gflops: float, bandwidth_gbs: float, quick: bool = False) -> list:
+def run_cases(cases, threads: int, peak_gflops: float, bandwidth_gbs: float, quick: bool = False,
+              clock: str = "wall") -> list:
     """Time each case; returns one dict per case (the JSON rows)."""
     reps = dict(min_reps=2, min_seconds=0.0) if quick else {}
+    reps["clock"] = clock
     rows = []
     for c in cases:
         ms = {k: (time_call(f, **reps) if f is not None else None)
@@ -323,7 +332,9 @@ def format_table(rows) -> str:
             f"{'nb/torch':>9}{'np/nb':>7}{'GFLOP/s':>9}{'%peak':>7}{'GB/s':>7}{'%bw':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['kernel']:<22}{r['shape']:<24}{f(r['numba_ms'], '9.3f')}{f(r['numpy_ms'], '10.2f')}"
+        over = r["peak_fraction"] is not None and r["peak_fraction"] > 1
+        lines.append(("*" if over else "")
+                     + f"{r['kernel']:<22}{r['shape']:<24}{f(r['numba_ms'], '9.3f')}{f(r['numpy_ms'], '10.2f')}"
                      f"{f(r['torch_ms'], '9.3f')}{f(r['numba_over_torch'], '9.2f')}{f(r['numpy_over_numba'], '7.1f')}"
                      f"{f(r['gflops'], '9.1f')}"
                      f"{f(r['peak_fraction'] and 100 * r['peak_fraction'], '7.0f')}"
@@ -331,26 +342,64 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-def machine_report(threads: int, torch) -> dict:
+def machine_report(threads: int, torch, clock: str = "wall") -> dict:
     """CPU, peak (stated and measured), bandwidth, versions: the JSON header."""
     import numba
 
     from ..kernels import cpuinfo
     info = cpuinfo.detect()
-    measured_core = cpuinfo.measure_fma_gflops()
+    numba_core = cpuinfo.measure_fma_gflops()
+    vec = cpuinfo.measure_vector_peak(info)
+    measured_core = vec.get("peak_gflops_per_core", numba_core)
     return {
         "cpu": info.model, "cores": info.cores, "simd": info.simd, "vector_bits": info.vector_bits,
         "fma_units": info.fma_units, "ghz": info.ghz, "ghz_source": info.ghz_source,
         "peak_arithmetic": info.arithmetic(),
         "peak_gflops_per_core_stated": info.peak_gflops_per_core,
         "peak_gflops_per_core_measured": measured_core,
+        "peak_method": vec.get("method", "Numba FMA loop (llvmlite probe unavailable)"),
+        "peak_by_vector_bits": vec.get("gflops"), "peak_asm_verified": vec.get("verified"),
+        "peak_fma_instruction": vec.get("instruction"), "peak_best_bits": vec.get("best_bits"),
+        "numba_fma_loop_gflops": numba_core,
         "implied_ghz": measured_core / info.flops_per_cycle,
+        "sgemm": sgemm_rates(torch, clock=clock),
         "threads": threads, "peak_gflops": measured_core * threads,
         "bandwidth_gbs": cpuinfo.measure_bandwidth_gbs(),
         "numpy": np.__version__, "numba": numba.__version__,
         "torch": getattr(torch, "__version__", None), "python": platform.python_version(),
         "threading_layer": None,
     }
+
+
+def sgemm_rates(torch=None, n: int = 1024, reps: int = 30, clock: str = "wall") -> dict:
+    """GFLOP/s of an n x n float32 matrix product with the current thread
+    settings, by NumPy's BLAS and (if given) PyTorch; best of ``reps`` runs
+    taken in turn, timed by ``clock`` (see :func:`time_call`).
+    Returns ``{"numpy": ..., "torch": ..., "fastest": name, "n": n}``."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+    fns = {"numpy": lambda: a @ b}
+    if torch is not None:
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        fns["torch"] = lambda: ta @ tb
+    best = dict.fromkeys(fns, np.inf)
+    for f in fns.values():
+        f()
+    now = CLOCKS[clock]
+    for _ in range(reps):
+        for k, f in fns.items():
+            t = now()
+            f()
+            best[k] = min(best[k], now() - t)
+    out = {k: 2.0 * n ** 3 / v / 1e9 for k, v in best.items()}
+    out["fastest"] = max(fns, key=lambda k: out[k])
+    out["n"] = n
+    return out
+
+
+def info_fpc(machine: dict) -> float:
+    """FLOPs per cycle per core the stated peak assumes."""
+    return machine["peak_gflops_per_core_stated"] / machine["ghz"]
 
 
 # --- the command ----------------------------------------------------------------------
@@ -363,6 +412,8 @@ def add_arguments(p):
     p.add_argument("--only", help="run only cases whose kernel or shape contains this text, e.g. conv2d")
     p.add_argument("--no-torch", action="store_true", help="do not time PyTorch even if installed")
     p.add_argument("--quick", action="store_true", help="two timed runs per case (a smoke test, noisy)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="wall time (default) or this process's CPU time (on a shared machine, 1 thread)")
     p.set_defaults(func=run)
 
 
@@ -381,19 +432,39 @@ def run(args) -> int:
         names = list(dict.fromkeys(c.kernel for c in collect_cases(ctx)))
         raise ValueError(f"--only {args.only!r} matches no benchmark case; give part of a kernel name or "
                          f"shape, e.g. --only conv2d; the kernels: {', '.join(names)}")
-    machine = machine_report(n, torch)
-    rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick)
+    machine = machine_report(n, torch, args.clock)
+    machine["clock"] = args.clock
+    machine["load_before"] = list(os.getloadavg())
+    rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick, clock=args.clock)
+    machine["load_after"] = list(os.getloadavg())
     import numba
     machine["threading_layer"] = numba.threading_layer()
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores; {n} thread(s) for Numba, BLAS"
           + (" and torch" if torch else "") + f"; {machine['threading_layer']} threading layer")
     print(f"peak (stated): {machine['peak_arithmetic']}")
-    print(f"peak (measured, Numba FMA loop): {machine['peak_gflops_per_core_measured']:.1f} GFLOP/s per core "
-          f"(implies {machine['implied_ghz']:.2f} GHz) -> {machine['peak_gflops']:.1f} GFLOP/s for {n} thread(s), "
-          "the %peak column")
+    if machine["peak_by_vector_bits"]:
+        per = ", ".join(f"{b} bit {g:.1f}" + ("" if machine["peak_asm_verified"][b] is not False else " (unverified)")
+                        for b, g in machine["peak_by_vector_bits"].items())
+        print(f"peak (measured per vector width, GFLOP/s per core): {per}; FMA instruction of the widest: "
+              f"{machine['peak_fma_instruction'][max(machine['peak_by_vector_bits'])]!r}")
+    print(f"peak used: {machine['peak_gflops_per_core_measured']:.1f} GFLOP/s per core "
+          f"(implies {machine['implied_ghz']:.2f} GHz at {info_fpc(machine)} FLOP/cycle) -> "
+          f"{machine['peak_gflops']:.1f} GFLOP/s for {n} thread(s), the %peak column; method: {machine['peak_method']}")
+    print(f"Numba auto-vectorised FMA loop (what a Numba kernel can reach): {machine['numba_fma_loop_gflops']:.1f} "
+          "GFLOP/s per core")
+    sg = machine["sgemm"]
+    print(f"sgemm {sg['n']}x{sg['n']}, {n} thread(s): " + ", ".join(f"{k} {sg[k]:.1f}" for k in ("numpy", "torch")
+                                                                    if k in sg)
+          + f" GFLOP/s; fastest BLAS here: {sg['fastest']}")
+    print(f"clock: {args.clock} time; load average before/after: {machine['load_before'][0]:.2f} / "
+          f"{machine['load_after'][0]:.2f}")
     print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column "
           "(above 100%: the data stayed in cache; docs/kernels.md)")
     print(format_table(rows))
+    if any(r["peak_fraction"] and r["peak_fraction"] > 1 for r in rows):
+        print("* above 100% of the measured peak: the peak probe's best run was slowed by other processes "
+              "(compare the per-width figures with the stated peak above), or the FLOP count of that row "
+              "overstates the work; the GFLOP/s figure itself is what was measured")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine, "rows": rows}, f, indent=2)
