@@ -260,15 +260,20 @@ class Trainer:
         return summary
 
     def _check_staleness(self) -> None:
-        """Refuse a staleness option at or above the number of steps: a gradient
-        is applied ``staleness`` steps after it is computed, so no update would
-        ever be applied and the run would train nothing."""
+        """A staleness option at or above the number of steps: a gradient is
+        applied ``staleness`` steps after it is computed, so no update would
+        ever be applied. Refused when the whole run is that short; only a
+        warning when ``--max-steps`` cuts it (a resumed run goes on training)."""
         k = getattr(self.spec.options, "staleness", None)
-        if isinstance(k, int) and not self.cfg.resume and k >= self.total_steps:
-            raise ConfigError(f"staleness {k} (--staleness or the spec's staleness=) is at or above the run's "
-                              f"{self.total_steps} steps: every gradient would be applied after the run ends, so "
-                              f"nothing would be trained; use a staleness below {self.total_steps} or train longer "
-                              "(--epochs, --max-steps)")
+        if not isinstance(k, int) or self.cfg.resume or k < self.total_steps:
+            return
+        planned = self.steps_per_epoch * self.cfg.epochs
+        why = (f"staleness {k} (--staleness or the spec's staleness=) is at or above the run's {{n}} steps: every "
+               "gradient would be applied after the run ends, so nothing would be trained")
+        if k >= planned:
+            raise ConfigError(why.format(n=planned) + f"; use a staleness below {planned} or train longer (--epochs)")
+        self._say("warning: " + why.format(n=self.total_steps) + f" before --max-steps {self.cfg.max_steps} stops "
+                  f"it; give --max-steps above {k} unless this run is to be resumed")
 
     def _train_epochs(self, stopper, bar, out: Path):
         """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None).
