@@ -15,6 +15,7 @@ A run folder (``train --out DIR``) holds::
 A ``compare --out DIR`` folder holds one run folder per ``--algos`` entry
 (:func:`run_folder`), ``compare.md`` and ``compare.json`` (the summaries, in
 order) and the figures. Every file is written atomically (:func:`atomic_write`).
+docs/runs.md describes the folder, the lock and resuming for users.
 """
 from __future__ import annotations
 
