@@ -212,3 +212,21 @@ def test_an_unwritable_out_is_refused_before_training(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"--out {d} is not writable" in r.stderr and "give --out a directory you can write" in r.stderr
     assert "epoch" not in r.stdout and time.time() - t0 < 60  # nothing trained
+
+
+def test_resume_from_a_checkpoint_taken_on_the_last_step_of_an_epoch(full, tmp_path, monkeypatch):
+    """--checkpoint-every fires on the epoch's last step, before the epoch is
+    evaluated: the resumed run closes that epoch first, so its row is not lost."""
+    import shutil
+
+    saved = Trainer.save_checkpoint
+
+    def keep_each(self, path):
+        saved(self, path)
+        shutil.copy(path, tmp_path / f"step{self.global_step}.h5")
+    monkeypatch.setattr(Trainer, "save_checkpoint", keep_each)
+    train(tmp_path / "a", checkpoint_every=20, max_steps=25)
+    monkeypatch.undo()
+    train(tmp_path / "b", resume=str(tmp_path / "step20.h5"))
+    assert [{k: r[k] for k in METRICS} for r in rows(tmp_path / "b")] == \
+        [{k: r[k] for k in METRICS} for r in rows(full)]
