@@ -125,8 +125,17 @@ def load(path) -> dict:
             if int(version) != FORMAT_VERSION:
                 raise CheckpointError(f"{path} has checkpoint format {version}; this minips reads {FORMAT_VERSION}")
             return read_tree(f)
-    except OSError as e:
-        raise CheckpointError(f"{path} is not a readable HDF5 checkpoint ({e})") from None
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        # h5py reports damage inside the file as OSError/RuntimeError/KeyError
+        # ("addr overflow", "bad object header", ...) without the file's name
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({e}); resume from an earlier "
+                              "checkpoint, or start again without --resume") from None
+
+
+#: What :func:`restore_trainer` needs from a checkpoint (save_trainer writes them all).
+REQUIRED_KEYS = ("step", "world_size", "config", "rng", "history", "trace")
 
 
 # --- a Trainer's state -------------------------------------------------------------------
@@ -175,6 +184,11 @@ def save_trainer(trainer, path) -> None:
             "rng": rng_states,
             "history": json.dumps(trainer.history),
             "trace": json.dumps(trainer.trace_rows, default=json_default),
+            # the epoch in progress and the time so far: a resumed run's
+            # metrics then cover the whole epoch and the whole run
+            "epoch_losses": np.asarray(trainer.epoch_losses, np.float64),
+            "epoch_seconds": trainer.epoch_seconds(),
+            "wall_time_s": trainer.wall_seconds(),
         }
         if per_rank:
             state["ranks"] = ranks
@@ -204,7 +218,17 @@ def restore_trainer(trainer, path) -> None:
 
     cfg, comm = trainer.cfg, trainer.comm
     state = load(path)
-    saved = json.loads(state["config"])
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if not missing and not state.get("per_rank"):
+        missing = [k for k in ("weights", "optimizer", "algorithm") if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {', '.join(map(repr, missing))} (damaged, or not written by "
+                              "minips train); resume from another checkpoint, or start again without --resume")
+    try:
+        saved = json.loads(state["config"])
+    except (TypeError, ValueError):
+        raise CheckpointError(f"checkpoint {path} holds an unreadable run configuration; resume from another "
+                              "checkpoint, or start again without --resume") from None
     if int(state["world_size"]) != comm.size:
         raise CheckpointError(
             f"checkpoint {path} was written by {state['world_size']} rank(s), this job has "
@@ -238,4 +262,8 @@ def restore_trainer(trainer, path) -> None:
         trainer.position = tuple(int(v) for v in state["position"])
     trainer.history = json.loads(state["history"])
     trainer.trace_rows = json.loads(state["trace"])
+    if "epoch_losses" in state:  # older checkpoints: the epoch's loss restarts at the resume
+        trainer.epoch_losses = [float(v) for v in np.asarray(state["epoch_losses"]).reshape(-1)]
+        trainer.epoch_seconds_before = float(state["epoch_seconds"])
+        trainer.wall_before = float(state["wall_time_s"])
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import pickle
 import sys
+from pathlib import Path
 
 __all__ = ["main", "build_parser", "add_train_arguments", "config_from_args"]
 
@@ -261,8 +263,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into head/less that closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError) as e:
-        msg = f"error: {e}"
+    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError, EOFError,
+            pickle.UnpicklingError) as e:
+        msg = f"error: {_numba_cache_message(e) or e}"
         if under_mpi and _world_size() > 1:
             from .distributed.comm import get_comm
             get_comm().abort(msg)  # ends every rank
@@ -271,10 +274,31 @@ def main(argv=None) -> int:
             raise
         return 2
     except BaseException as e:  # noqa: BLE001 - any other failure must not leave ranks hanging
-        if under_mpi and _world_size() > 1 and not isinstance(e, (SystemExit, KeyboardInterrupt)):
+        # KeyboardInterrupt (SIGINT on one rank) and SystemExit (sys.exit on one
+        # rank) included: once MPI is up, a rank that leaves alone hangs the others.
+        if under_mpi and _world_size() > 1:
             from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
         raise
+
+
+def _numba_cache_message(e: BaseException) -> str | None:
+    """The fix for a damaged Numba cache file (a kill while Numba wrote it, a
+    full disk): its unpickling error names neither the file nor the cure.
+    None when ``e`` did not come from Numba's cache."""
+    if not isinstance(e, (EOFError, pickle.UnpicklingError)):
+        return None
+    path, tb = None, e.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.endswith(os.path.join("numba", "core", "caching.py")):
+            cache = frame.f_locals.get("self")
+            path = frame.f_locals.get("path") or getattr(cache, "_index_path", None) or path
+        tb = tb.tb_next
+    if path is None:
+        return None
+    return (f"the Numba cache file {path} is damaged ({e}); delete the cache folder {Path(path).parent} "
+            "(it is rebuilt on the next run)")
 
 
 def _world_size() -> int:

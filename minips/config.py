@@ -24,10 +24,17 @@ def read_toml(path, error: type[Exception], missing: str) -> dict:
     p = Path(path)
     if not p.exists():
         raise error(missing)
+    if p.is_dir():
+        raise error(f"{p} is a directory, not a TOML file; give the file itself, e.g. {p / 'run.toml'}")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise error(f"{p}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); TOML files "
+                    "must be UTF-8: save it as UTF-8") from None
+    except OSError as e:
+        raise error(f"{p}: cannot be read ({e.strerror}); check the path and its permissions") from None
 
 
 class ConfigError(ValueError):
@@ -111,6 +118,7 @@ class TrainConfig:
             if not cond:
                 raise ConfigError(msg)
         need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
+        need(self.seed >= 0, f"--seed must be >= 0 (the generators take non-negative seeds), got {self.seed}")
         need(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
         need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
         need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")

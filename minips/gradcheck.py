@@ -50,11 +50,13 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             return the report).
 
     Returns:
-        The report of the worst element (largest ``|a - n| - rtol*|n|``), or
-        None if no input requires grad.
+        The report of the worst element (largest ``|a - n| - rtol*|n|``).
 
     Raises:
         TypeError: an input is not float64 (float32 differences are too noisy).
+        ValueError: nothing to check: no input requires a gradient, or no
+            output of ``fn`` does (it detached them), so a check would pass
+            without testing anything.
         GradcheckError: some element differs; the message names the worst one.
     """
     tensors = []
@@ -85,8 +87,9 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
         if o.requires_grad:
             term = (o * Tensor(w)).sum()
             total = term if total is None else total + term
-    if total is None:
-        return None
+    if total is None or not any(t.requires_grad for t in tensors):
+        raise ValueError("gradcheck: nothing to check: no input has requires_grad=True or no output of fn "
+                         "requires a gradient (does fn detach, or run under no_grad?)")
     total.backward()
 
     worst, worst_score = None, -np.inf

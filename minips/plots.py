@@ -36,7 +36,7 @@ def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for r in runs:
-        h = r["summary"]["history"]
+        h = [x for x in r["summary"]["history"] if not x.get("partial")]  # complete epochs only
         if not h or metric not in h[0]:
             continue
         a.plot([x["epoch"] for x in h], [x[metric] for x in h], marker="o", label=r["name"])

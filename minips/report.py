@@ -9,8 +9,13 @@ from .timing import PHASES
 __all__ = ["summary", "format_breakdown", "format_final"]
 
 
-def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
+def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float = 0.0) -> dict:
     """The summary of a finished run (collective: reduces over ranks).
+
+    ``wall`` is this process's training time, ``wall_before`` that of the runs
+    a resumed run continues (``wall_time_s`` is their sum). ``epochs`` counts
+    complete epochs. A run that trained no step here (a resumed finished run)
+    has no timing: step time and throughput are None.
 
     Timing: the mean seconds per phase over steps and ranks (after the first
     steps: JIT warm-up, pipeline fill); the step time is the slowest rank's
@@ -24,8 +29,8 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
     breakdown = {k: comm.allreduce_scalar(local.get(k, 0.0)) / comm.size for k in _ordered(names)}
     # Steady-state step time: skip the JIT warm-up steps; the slowest rank
     # sets the pace of the job, so take the max over ranks.
-    times = trainer.step_times[skip:] or trainer.step_times or [float("nan")]
-    step_time = comm.allreduce_scalar(float(np.mean(times)), "max")
+    times = trainer.step_times[skip:] or trainer.step_times
+    step_time = comm.allreduce_scalar(float(np.mean(times)) if times else 0.0, "max") or None
     # Overlap efficiency = 1 - wait / (allreduce time when nothing else runs).
     overlap = None
     if trainer.comm_alone_s and algo.gradient_allreduce_per_step:
@@ -47,14 +52,15 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
         "predictor": None, "staleness": None, "predictor_options": None,
         **algo.report(),
         "partition": {"spec": cfg.partition, "ranks": shards},
-        "world_size": comm.size, "seed": cfg.seed, "epochs": len(trainer.history),
+        "world_size": comm.size, "seed": cfg.seed,
+        "epochs": sum(1 for r in trainer.history if not r.get("partial")),
         "epochs_planned": cfg.epochs,
         "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
         "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)),
         "samples_per_step": samples_per_step, "lr": cfg.lr,
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
-        "wall_time_s": wall,
-        "images_per_s": samples_per_step / step_time,
+        "wall_time_s": wall_before + wall,
+        "images_per_s": samples_per_step / step_time if step_time else None,
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
         "time_breakdown": breakdown, "step_time_s": step_time,
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,

@@ -3,30 +3,133 @@
 
 A run folder (``train --out DIR``) holds::
 
-    metrics.csv     one row per completed epoch (test metrics, seconds)
+    metrics.csv     one row per epoch (test metrics, seconds); partial = 1 marks an
+                    epoch that --max-steps cut short (replaced when a resumed run
+                    completes it)
     summary.json    final numbers, options, timing breakdown, bytes sent
     trace.csv       one row per step (phases in seconds, loss, lr, bytes, diagnostics)
     checkpoint.h5   with --checkpoint-every or after a stop signal
     trace-diverged-rankR.csv   the trace up to a non-finite loss
+    run.lock        while a run writes the folder: its pid and host (take_lock)
 
 A ``compare --out DIR`` folder holds one run folder per ``--algos`` entry
 (:func:`run_folder`), ``compare.md`` and ``compare.json`` (the summaries, in
 order) and the figures. Every file is written atomically (:func:`atomic_write`).
+docs/runs.md describes the folder, the lock and resuming for users.
 """
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
-           "write_csv", "write_json"]
+           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "METRICS_COLUMNS"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
+LOCK = "run.lock"
+#: metrics.csv's columns when no epoch has a row yet (a header is always written)
+METRICS_COLUMNS = ["epoch", "step", "train_loss", "seconds", "wall_time_s", "partial"]
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot be used (not writable, or another run holds it); the message says what to do."""
+
+
+class RunLock:
+    """The lock of a run folder, held by this process (see :func:`take_lock`).
+
+    Attributes:
+        path: the lock file.
+        replaced: the contents (pid, host, started) of a stale lock that was
+            removed to take this one, or None.
+    """
+
+    def __init__(self, path: Path, replaced: dict | None = None):
+        self.path, self.replaced = path, replaced
+
+    def release(self) -> None:
+        """Remove the lock file if it is still this process's."""
+        if (_read_lock(self.path) or {}).get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+
+def _read_lock(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def take_lock(out) -> RunLock:
+    """Create the run folder ``out`` (parents too) and take its lock: the file
+    ``out/run.lock`` holding this process's pid and host, created exclusively
+    (``O_EXCL``), so that two runs never write the same folder. Creating it
+    also shows that the folder is writable, before any training. A lock left
+    by a process that no longer runs on this host (killed with SIGKILL, say)
+    is stale and replaced; one from another host cannot be checked and is
+    reported.
+
+    Raises:
+        RunFolderError: the folder cannot be created or written, or another
+            run holds its lock (named by pid and host).
+    """
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunFolderError(f"cannot create the output directory {out} ({e.strerror}); give --out a directory "
+                             "you can write") from None
+    lock, host = out / LOCK, socket.gethostname()
+    me = {"pid": os.getpid(), "host": host, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    replaced = None
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            other = _read_lock(lock)
+            if other and other.get("host") == host and isinstance(other.get("pid"), int) \
+                    and not _pid_alive(other["pid"]):
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+                replaced = other
+                continue
+            if other is None:
+                who = "another run (its lock file is being written or unreadable)"
+            else:
+                who = (f"another run: process {other.get('pid')} on host {other.get('host')}, "
+                       f"started {other.get('started')}")
+            gone = "" if other and other.get("host") == host else " (if that run is gone, delete the lock file)"
+            raise RunFolderError(f"--out {out} is in use by {who}; lock file {lock}. Give this run another --out, "
+                                 f"or wait until that one ends{gone}") from None
+        except OSError as e:
+            raise RunFolderError(f"--out {out} is not writable ({e.strerror}); give --out a directory you can "
+                                 "write, or fix its permissions") from None
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(me) + "\n")
+        except OSError as e:
+            lock.unlink(missing_ok=True)
+            raise RunFolderError(f"--out {out}: cannot write {lock} ({e.strerror}); free space or give --out "
+                                 "another directory") from None
+        return RunLock(lock, replaced)
+    raise RunFolderError(f"--out {out}: could not take the lock {lock}; another run keeps replacing it")
 COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 
 
@@ -88,6 +191,17 @@ def find_runs(paths) -> list[Path]:
     return runs
 
 
+def _finite(obj):
+    """``obj`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def json_default(o):
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
@@ -122,5 +236,6 @@ def write_csv(path: Path, rows: list[dict], keys=None) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """``obj`` as indented JSON, atomically (NumPy scalars become numbers)."""
-    atomic_write(Path(path), json.dumps(obj, indent=2, default=json_default) + "\n")
+    """``obj`` as indented, valid JSON, atomically (NumPy scalars become
+    numbers; NaN and infinities, which JSON lacks, become null)."""
+    atomic_write(Path(path), json.dumps(_finite(obj), indent=2, default=json_default, allow_nan=False) + "\n")

@@ -120,12 +120,18 @@ class Trainer:
         already occupy the cores, a descheduled thread stalls every loop (seen:
         a ConvNet step 8x slower with 2 threads than with 1 under load 7 on 2
         cores). Say so, once, on rank 0."""
+        from .kernels.threads import cores_on_node
+        cores, ranks = cores_on_node(), self.comm.local_size
+        if "NUMBA_NUM_THREADS" in os.environ and self.threads * ranks > cores:
+            self._say(f"warning: NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']} gives {self.threads} threads "
+                      f"per rank x {ranks} rank(s) = {self.threads * ranks} threads on {cores} cores: parallel loops "
+                      "then wait for descheduled threads and steps can be many times slower; set "
+                      f"NUMBA_NUM_THREADS={max(1, cores // ranks)} or unset it (minips then uses cores // ranks)")
         if self.threads < 2 or "NUMBA_NUM_THREADS" in os.environ:
             return
-        from .kernels.threads import cores_on_node
         load = os.getloadavg()[0]
-        if load >= cores_on_node():
-            self._say(f"warning: this machine is busy (load average {load:.1f} on {cores_on_node()} cores); "
+        if load >= cores:
+            self._say(f"warning: this machine is busy (load average {load:.1f} on {cores} cores); "
                       f"{self.threads} Numba threads per rank may run much slower than 1: "
                       "set NUMBA_NUM_THREADS=1 if steps are slow")
 
@@ -154,12 +160,29 @@ class Trainer:
         cfg, comm = self.cfg, self.comm
         out = check_out_dir(cfg.out)  # on every rank, before any work
         self.build()
+        # Rank 0 creates the run folder and takes its lock (which also shows the
+        # folder is writable) before any training: the outcome is broadcast so
+        # every rank stops with the same message.
+        lock, error = None, None
         if comm.rank == 0:
             try:
-                out.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise ConfigError(f"cannot create the output directory {out}: {e.strerror}; "
-                                  "give --out a directory you can write") from None
+                lock = rundir.take_lock(out)
+            except rundir.RunFolderError as e:
+                error = str(e)
+        error = comm.bcast_obj(error)
+        if error:
+            raise rundir.RunFolderError(error)
+        if lock is not None and lock.replaced:
+            self._say(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this "
+                      "host, which no longer runs")
+        try:
+            return self._run(out)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _run(self, out: Path) -> dict:
+        cfg, comm = self.cfg, self.comm
         self.global_step = 0
         self.position = None  # (epoch, next batch) once known; None: from global_step
         self.history: list[dict] = []
@@ -167,9 +190,19 @@ class Trainer:
         self.trace_rows: list[dict] = []
         self.step_times: list[float] = []
         self.step_bytes: list[int] = []
+        # The epoch in progress (kept in checkpoints, so that a resumed epoch's
+        # train loss and seconds cover the whole epoch) and the seconds spent
+        # before this process (a resumed run's wall time continues).
+        self.epoch_losses: list[float] = []
+        self.epoch_seconds_before = 0.0
+        self.wall_before = 0.0
+        self._t_epoch = self._t_start = time.perf_counter()
         if cfg.resume:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
+            if self.global_step >= self.total_steps:
+                return self._nothing_to_train(out)
+        self._check_staleness()
         self._warn_if_busy()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
@@ -182,10 +215,10 @@ class Trainer:
         self.algo.start(broadcast=not cfg.resume or self.algo.replicated)
         stopper = StopAgreement(comm)
         bar = self._progress_bar()
-        t_start = time.perf_counter()
+        t_start = self._t_start = time.perf_counter()
         try:
             self.comm_alone_s = self.measure_comm_alone()
-            samples, stopped = self._train_epochs(stopper, bar, out, t_start)
+            samples, stopped = self._train_epochs(stopper, bar, out)
         except BaseException:
             self._abandon(stopper, bar)
             raise
@@ -198,14 +231,58 @@ class Trainer:
                 self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / rundir.CHECKPOINT} "
                           f"(continue with --resume {out / rundir.CHECKPOINT})")
         wall = time.perf_counter() - t_start
-        summary = report.summary(self, wall, samples, stopped)
+        summary = report.summary(self, wall, samples, stopped, wall_before=self.wall_before)
         if comm.rank == 0:
             self._write_outputs(out, summary)
             self._say(report.format_breakdown(summary))
         return summary
 
-    def _train_epochs(self, stopper, bar, out: Path, t_start: float):
-        """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None)."""
+    def _nothing_to_train(self, out: Path) -> dict:
+        """A resumed checkpoint already at (or past) the last step asked for:
+        train nothing, say so, and report the run as the checkpoint left it
+        (its summary.json is kept when there is one)."""
+        cfg, step = self.cfg, self.global_step
+        planned = self.steps_per_epoch * cfg.epochs
+        if step >= planned:
+            self._say(f"checkpoint {cfg.resume} is of a finished run (step {step} of {planned}, "
+                      f"{cfg.epochs} epoch(s)): nothing to train")
+        else:
+            self._say(f"--max-steps {cfg.max_steps} is at or below the checkpoint's step {step}: nothing to train; "
+                      f"give --max-steps above {step} (or 0 for all {cfg.epochs} epochs) to continue")
+        self.comm_alone_s = None
+        self.last_eval = self.history[-1] if self.history else {}
+        summary = report.summary(self, 0.0, 0, None if step >= planned else "max_steps", wall_before=self.wall_before)
+        if self.comm.rank == 0:
+            if (out / rundir.SUMMARY).exists():
+                self._say(f"(the run's results are in {out / rundir.SUMMARY}, left as they were)")
+            else:
+                self._write_outputs(out, summary)
+        return summary
+
+    def _check_staleness(self) -> None:
+        """A staleness option at or above the number of steps: a gradient is
+        applied ``staleness`` steps after it is computed, so no update would
+        ever be applied. Refused when the whole run is that short; only a
+        warning when ``--max-steps`` cuts it (a resumed run goes on training)."""
+        k = getattr(self.spec.options, "staleness", None)
+        if not isinstance(k, int) or self.cfg.resume or k < self.total_steps:
+            return
+        planned = self.steps_per_epoch * self.cfg.epochs
+        why = (f"staleness {k} (--staleness or the spec's staleness=) is at or above the run's {{n}} steps: every "
+               "gradient would be applied after the run ends, so nothing would be trained")
+        if k >= planned:
+            raise ConfigError(why.format(n=planned) + f"; use a staleness below {planned} or train longer (--epochs)")
+        self._say("warning: " + why.format(n=self.total_steps) + f" before --max-steps {self.cfg.max_steps} stops "
+                  f"it; give --max-steps above {k} unless this run is to be resumed")
+
+    def _train_epochs(self, stopper, bar, out: Path):
+        """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None).
+
+        The epoch in progress is closed (evaluated, a row in metrics.csv) when
+        it is complete, however the run stopped, and when ``--max-steps`` ends
+        the run inside it (a row marked ``partial``, replaced once a resumed
+        run completes the epoch). A stop signal inside an epoch records no row
+        (the stop is kept short: the checkpoint holds the epoch so far)."""
         cfg = self.cfg
         samples, stopped = 0, None
         # Where in the data the run stands: (epoch, next loader batch). A step
@@ -215,8 +292,10 @@ class Trainer:
         start_epoch, start_batch = self.position or divmod(self.global_step, self.steps_per_epoch)
         for epoch in range(start_epoch, cfg.epochs):
             self.loader.set_epoch(epoch)
-            t_epoch = time.perf_counter()
-            losses = []
+            if epoch != start_epoch or start_batch == 0:  # a new epoch (else: the resumed one continues)
+                self.epoch_losses, self.epoch_seconds_before = [], 0.0
+            self._t_epoch = time.perf_counter()
+            losses = self.epoch_losses
             t_step = time.perf_counter()
             batches, b = self.loader.batches(start_batch), start_batch
             while b + self.algo.batches_per_step() <= self.steps_per_epoch:
@@ -257,10 +336,10 @@ class Trainer:
                     stopped = "signal"
                     break
             start_batch = 0
-            if stopped == "signal":
-                break
-            if losses:
-                self._end_epoch(epoch, losses, t_epoch, t_start, partial=stopped == "max_steps")
+            complete = b + self.algo.batches_per_step() > self.steps_per_epoch  # no further step fits
+            # (losses is empty when this epoch was closed before a resume)
+            if losses and (complete or stopped == "max_steps"):
+                self._end_epoch(epoch, losses, partial=not complete)
             if stopped:
                 break
         return samples, stopped
@@ -312,17 +391,29 @@ class Trainer:
             metrics["consensus_distance"] = algo.consensus_distance()
         return metrics
 
-    def _end_epoch(self, epoch, losses, t_epoch, t_start, partial=False) -> None:
-        """Evaluate; a complete epoch adds a row to the history (metrics.csv), a
-        partial one (--max-steps) only sets the final numbers of the summary."""
+    def epoch_seconds(self) -> float:
+        """Seconds spent in the epoch in progress, before a resume included."""
+        return self.epoch_seconds_before + time.perf_counter() - self._t_epoch
+
+    def wall_seconds(self) -> float:
+        """Seconds of training so far, earlier runs of a resumed run included."""
+        return self.wall_before + time.perf_counter() - self._t_start
+
+    def _end_epoch(self, epoch, losses, partial=False) -> None:
+        """Evaluate and record the epoch's row in the history (metrics.csv): a
+        complete epoch, or a ``partial`` one (--max-steps inside it), which a
+        resumed run replaces when it completes the epoch. ``train_loss`` is
+        the mean over all the epoch's steps, those before a resume included."""
         metrics = self.evaluate()
         row = {"epoch": epoch + 1, "step": self.global_step,
                "train_loss": float(np.mean(losses)),
-               **metrics, "seconds": time.perf_counter() - t_epoch,
-               "wall_time_s": time.perf_counter() - t_start}
+               **metrics, "seconds": self.epoch_seconds(),
+               "wall_time_s": self.wall_seconds(), "partial": int(partial)}
         self.last_eval = row
-        if not partial:
-            self.history.append(row)
+        self.history = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
+        if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
+            self.epoch_losses, self.epoch_seconds_before = [], 0.0
+            self._t_epoch = time.perf_counter()
         self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train loss "
                   f"{row['train_loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" if k == "consensus_distance"
                                                             else f"{k} {v:.4f}" for k, v in metrics.items())
@@ -400,11 +491,15 @@ class Trainer:
             return None
         path = rundir.diverged_trace(self.cfg.out, self.comm.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        rundir.write_csv(path, self.trace_rows)
+        # Not via a temporary file: another rank's abort may kill this one at
+        # any moment, which would leave the .tmp behind; one write of the
+        # whole text leaves at worst a shorter CSV.
+        path.write_text(rundir.csv_text(list(dict.fromkeys(k for r in self.trace_rows for k in r)),
+                                        self.trace_rows))
         return path
 
     def _write_outputs(self, out: Path, summary: dict) -> None:
-        keys = list(dict.fromkeys(k for r in self.history for k in r))
+        keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
         rundir.write_csv(out / rundir.METRICS, self.history, keys)
         rundir.write_json(out / rundir.SUMMARY, summary)
         if self.trace_rows:

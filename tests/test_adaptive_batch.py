@@ -162,4 +162,7 @@ def test_tiny_theta_grows_the_batch_to_max_and_resumes_bitwise(tmp_path):
         assert np.array_equal(x, y)
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, part))
     assert sa["test_loss"] == sb["test_loss"] and sa["final_batch_per_rank"] == 64
-    assert [h["step"] for h in sa["history"]] == [78]  # the full epoch (a partial one adds no row)
+    # the full epoch, then the partial one --max-steps ended in (marked; the resumed run's rows are the same)
+    assert [(h["step"], h["partial"]) for h in sa["history"]] == [(78, 0), (90, 1)]
+    assert [{k: h[k] for k in ("step", "train_loss", "test_loss", "partial")} for h in sb["history"]] == \
+        [{k: h[k] for k in ("step", "train_loss", "test_loss", "partial")} for h in sa["history"]]

@@ -157,3 +157,13 @@ def test_gradcheck_catches_a_wrong_backward():
 def test_gradcheck_requires_float64():
     with pytest.raises(TypeError, match="float64"):
         gradcheck(ops.exp, [Tensor(np.ones(2, np.float32), requires_grad=True)])
+
+
+def test_gradcheck_refuses_to_check_nothing():
+    """No output requiring a gradient would pass any backward unchecked."""
+    x = Tensor(np.ones((2, 3)), requires_grad=True)
+    with pytest.raises(ValueError, match="nothing to check"):
+        gradcheck(lambda t: t.detach() * 2.0, [x])
+    with pytest.raises(ValueError, match="nothing to check"):
+        gradcheck(lambda t: t * 2.0, [Tensor(np.ones(3))])  # no input requires grad
+    assert gradcheck(lambda t: t * 2.0, [np.ones(3)]) is not None  # a real check still reports

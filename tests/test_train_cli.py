@@ -150,12 +150,17 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
     env = subprocess_env()
     out = tmp_path / "sig"
     proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP,
-                             "--epochs", "20", "--algo", "pseudo-sync", "--out", str(out)],
+                             "--epochs", "20", "--algo", "pseudo-sync", "--checkpoint-every", "20",
+                             "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     trace = out / "trace.csv"
-    deadline = time.time() + 60
-    time.sleep(6)  # start-up and a few hundred steps
-    assert proc.poll() is None, proc.communicate()[1]
+    deadline = time.time() + 120
+    # wait for an event, not a fixed time: the first checkpoint (step 20) shows
+    # that training runs, with the stop protocol's signal handlers installed
+    while not (out / "checkpoint.h5").exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.time() < deadline, "no checkpoint within the deadline"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)  # Hydra forwards it to every rank
     try:
         stdout, stderr = proc.communicate(timeout=max(5, deadline - time.time()))

@@ -10,6 +10,7 @@ the name list of an :class:`UnknownDataError` (see :meth:`UnknownDataError.with_
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +127,25 @@ class ImageDataset:
         return len(self.class_names)
 
 
+@contextmanager
+def open_h5(path):
+    """``h5py.File(path, "r")``, with damage to the file (h5py's OSError,
+    RuntimeError or KeyError while opening or reading it) reported as a
+    ValueError that names the file and the fix.
+
+    Raises:
+        ValueError: the file is truncated or corrupt.
+    """
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            yield f
+    except (OSError, RuntimeError, KeyError) as e:
+        raise ValueError(f"data file {path} is corrupt or truncated ({e}); build or copy it again (python -m "
+                         "minips data ... --out FILE.h5; the committed mini set: git checkout data/)") from None
+
+
 def load_image_dataset(name_or_path: str) -> ImageDataset:
     """Load an image data set (Fashion-MNIST layout) by name or path.
 
@@ -133,12 +153,10 @@ def load_image_dataset(name_or_path: str) -> ImageDataset:
         FileNotFoundError: see :func:`resolve_h5`.
         ValueError: the file lacks the train/test groups or they are malformed.
     """
-    import h5py
-
     from .loader import normalize_images
 
     path = resolve_h5(name_or_path)
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         for split in ("train", "test"):
             if split not in f or "images" not in f[split] or "labels" not in f[split]:
                 raise ValueError(f"{path}: no /{split}/images and /{split}/labels; was it written by "

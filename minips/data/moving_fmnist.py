@@ -285,10 +285,10 @@ class CaptionDataset:
 
 def _raw_fashion_mnist(source: str):
     """uint8 images and labels of both splits of an image data set (name or .h5)."""
-    import h5py
+    from .datasets import open_h5
 
     path = resolve_h5(source)
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         return (f["train/images"][...], f["train/labels"][...],
                 f["test/images"][...], f["test/labels"][...], path)
 
@@ -364,9 +364,9 @@ def read_h5(path) -> CaptionDataset:
         ValueError: the file is not a moving-fmnist-captions set, or its
             vocabulary or generator version differ from this version of minips.
     """
-    import h5py
+    from .datasets import open_h5
 
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         if f.attrs.get("kind") != DATA_NAME:
             raise ValueError(f"{path} is not a {DATA_NAME} file (attribute kind={f.attrs.get('kind')!r}); "
                              f"write one with 'python -m minips data {DATA_NAME} --out FILE.h5'")

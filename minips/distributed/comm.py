@@ -913,12 +913,24 @@ def run_or_abort(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001
         comm = _world
-        if comm is not None and comm.size > 1 and not isinstance(e, (SystemExit, KeyboardInterrupt)):
+        if comm is not None and comm.size > 1:
             abort_on_exception(comm, e)
         raise
 
 
 def abort_on_exception(comm: Comm, exc: BaseException) -> None:
-    """Report ``exc`` with its traceback and abort the job (see :meth:`Comm.abort`)."""
+    """Report ``exc`` and abort the job (see :meth:`Comm.abort`).
+
+    Any exception that ends one rank of a running multi-rank job must end them
+    all, ``KeyboardInterrupt`` (SIGINT reaching one process before the stop
+    protocol's handler is installed, e.g. during imports) and ``SystemExit``
+    (``sys.exit`` on one rank) included: the other ranks would otherwise wait
+    forever in their next collective."""
+    if isinstance(exc, KeyboardInterrupt):
+        comm.abort("interrupted (SIGINT) on this rank; ending every rank (to stop a run and keep a "
+                   "checkpoint, send SIGTERM or Ctrl-C to mpiexec, which signals every rank)", code=130)
+    if isinstance(exc, SystemExit):
+        code = exc.code if isinstance(exc.code, int) and exc.code else 1
+        comm.abort(f"this rank exited (sys.exit({exc.code!r})) while the others run; ending every rank", code=code)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     comm.abort(f"error, aborting all ranks:\n{tb}")

@@ -1,0 +1,81 @@
+"""No hang: KeyboardInterrupt (SIGINT on one rank) and SystemExit (sys.exit on
+one rank) end the whole MPI job, as any other exception does (issue 13).
+Every launch has a timeout; a hang fails the test instead of blocking it."""
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minips import rundir
+
+from .conftest import ROOT, subprocess_env
+
+pytestmark = pytest.mark.mpi
+MPIEXEC = shutil.which("mpiexec")
+WORKER = str(Path(__file__).with_name("hang_worker.py"))
+TIMEOUT = 90  # a hang runs into this
+
+
+@pytest.mark.parametrize("mode,message", [
+    ("sigint", "interrupted (SIGINT) on this rank; ending every rank"),
+    ("exit", "this rank exited (sys.exit(0)) while the others run; ending every rank"),
+])
+def test_one_rank_leaving_ends_the_job(mode, message, tmp_path):
+    t0 = time.time()
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, WORKER, mode, str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode != 0, "the job must fail, not succeed"
+    assert f"[minips rank 1] {message}" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < TIMEOUT
+
+
+def _rank_pids(mpiexec_pid: int, out: str) -> dict[int, int]:
+    """{rank: pid} of the python processes mpiexec started (from /proc)."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if out.encode() in cmd and b"minips" in cmd and cmd[0] != MPIEXEC.encode():
+            for e in env:
+                if e.startswith(b"PMI_RANK="):
+                    found[int(e.split(b"=")[1])] = int(d.name)
+    return found
+
+
+def test_sigint_to_one_rank_of_the_cli_ends_the_job(tmp_path):
+    """The issue's case: ``kill -INT`` one rank of ``mpiexec -n 2 python -m minips
+    train`` soon after launch. Whether it lands before the stop protocol's
+    handler (the job is aborted) or after (every rank stops at the same step
+    with a checkpoint), the job ends."""
+    out = str(tmp_path / "cli")
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", "--model", "mlp",
+                             "--epochs", "50", "--quiet", "--out", out], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=ROOT)
+    try:
+        deadline = time.time() + 60
+        pids = {}
+        # the event: rank 0 took the run folder's lock (MPI is up on every rank)
+        while not (Path(out) / rundir.LOCK).exists() or len(pids) < 2:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.time() < deadline, "the job never started"
+            pids = _rank_pids(proc.pid, out)
+            time.sleep(0.05)
+        import os
+        os.kill(pids[1], signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+            pytest.fail("the job hung after SIGINT to one rank")
+    assert ("interrupted (SIGINT) on this rank" in stderr and proc.returncode != 0) or \
+        (proc.returncode == 0 and "stopped by signal" not in stderr), (proc.returncode, stderr[-2000:])

@@ -1,0 +1,72 @@
+"""Cross-checks against PyTorch (``torch.nn.functional``): conv2d, max and
+average pooling, forward and backward, for shapes with strides, padding,
+non-square kernels and odd sizes.
+
+PyTorch is never a dependency of minips: these tests skip where it is not
+installed; CI (.ci/run) installs the CPU wheel so that they run there, as the
+LSTM's (tests/test_lstm.py) do.
+"""
+import numpy as np
+import pytest
+
+from minips.nn import conv as nnconv
+from minips.tensor import Tensor
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (N, C, H, W), (K, R, S), stride, padding
+CONV_CASES = [
+    ((2, 3, 8, 8), (4, 3, 3), 1, 0),
+    ((1, 2, 9, 7), (3, 3, 3), 2, 1),          # odd sizes, stride 2, padding 1
+    ((2, 1, 11, 10), (2, 5, 3), (2, 1), (2, 1)),  # non-square kernel, stride and padding pairs
+    ((3, 4, 5, 6), (5, 1, 1), 1, 0),          # 1x1 convolution
+    ((1, 3, 7, 7), (2, 4, 4), 3, 2),          # kernel larger than the stride, cut-off border
+]
+
+
+@pytest.mark.parametrize("xs,ks,stride,padding", CONV_CASES)
+def test_conv2d_matches_torch(xs, ks, stride, padding):
+    rng = np.random.default_rng(sum(xs) + sum(ks))
+    K, R, S = ks
+    x = rng.standard_normal(xs)
+    w = rng.standard_normal((K, xs[1], R, S))
+    b = rng.standard_normal(K)
+    xm, wm, bm = (Tensor(a.copy(), requires_grad=True) for a in (x, w, b))
+    y = nnconv.conv2d(xm, wm, bm, stride=stride, padding=padding)
+    xt, wt, bt = (torch.from_numpy(a.copy()).requires_grad_(True) for a in (x, w, b))
+    yt = F.conv2d(xt, wt, bt, stride=stride, padding=padding)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-10, atol=1e-10)
+    gy = rng.standard_normal(y.shape)
+    (y * Tensor(gy)).sum().backward()
+    yt.backward(torch.from_numpy(gy))
+    for mine, theirs, name in ((xm, xt, "x"), (wm, wt, "weight"), (bm, bt, "bias")):
+        np.testing.assert_allclose(mine.grad, theirs.grad.numpy(), rtol=1e-9, atol=1e-9, err_msg=name)
+
+
+# (N, C, H, W), kernel, stride (None: = kernel)
+POOL_CASES = [
+    ((2, 3, 8, 8), 2, None),
+    ((1, 2, 9, 7), 3, 2),          # overlapping windows, odd sizes
+    ((2, 1, 7, 9), (2, 3), (1, 2)),  # non-square kernel and stride
+    ((1, 1, 5, 5), 2, None),       # the last row and column fall outside every window
+    ((3, 2, 6, 6), 3, 1),
+]
+
+
+@pytest.mark.parametrize("xs,kernel,stride", POOL_CASES)
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pools_match_torch(kind, xs, kernel, stride):
+    rng = np.random.default_rng(sum(xs))
+    x = rng.standard_normal(xs)  # continuous values: no ties for the maximum
+    mine_fn = nnconv.max_pool2d if kind == "max" else nnconv.avg_pool2d
+    torch_fn = F.max_pool2d if kind == "max" else F.avg_pool2d
+    xm = Tensor(x.copy(), requires_grad=True)
+    y = mine_fn(xm, kernel, stride)
+    xt = torch.from_numpy(x.copy()).requires_grad_(True)
+    yt = torch_fn(xt, kernel, stride if stride is not None else kernel)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    gy = rng.standard_normal(y.shape)
+    (y * Tensor(gy)).sum().backward()
+    yt.backward(torch.from_numpy(gy))
+    np.testing.assert_allclose(xm.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
