@@ -80,6 +80,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", help="name of the run in tables and figures (default: the algorithm)")
     _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
     _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
+    p.add_argument("--reference-kernels", action="store_true", default=None,
+                   help="run the readable NumPy twins (kernels/reference.py) instead of the Numba kernels, for "
+                        "the layers, the loss and the gradient predictors: an edit there then changes the run "
+                        "(slower; same as MINIPS_REFERENCE_KERNELS=1)")
 
 
 def config_from_args(args):
@@ -254,6 +258,9 @@ def _load_optional():
 def main(argv=None) -> int:
     """Entry point; returns the exit status. User errors print one line, not a traceback."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "reference_kernels", None):
+        from .kernels import REFERENCE_ENV
+        os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
     from .distributed.comm import launched_by_mpi
     under_mpi = launched_by_mpi()
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import reference_kernels
 from .timing import PHASES
 
 __all__ = ["summary", "format_breakdown", "format_final"]
@@ -63,6 +64,7 @@ def summary(trainer, wall: float, samples: int, stopped=None) -> dict:
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,
     }
