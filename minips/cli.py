@@ -75,7 +75,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    f"progress (default {d.progress})")
     p.add_argument("--check-replicas", type=int, help="compare weight hashes across ranks every N steps")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every N steps (0 = off)")
-    p.add_argument("--resume", help="checkpoint file to resume from")
+    p.add_argument("--resume", help="checkpoint file to resume from (the run folder's files are rewritten)")
+    _bool_flag(p, "overwrite", "replace the run already in --out (its metrics, summary, trace, checkpoint and "
+                               "figures are removed first); without it a folder holding a run is refused")
     p.add_argument("--max-steps", type=int, help="stop after N steps (0 = run all epochs)")
     p.add_argument("--label", help="name of the run in tables and figures (default: the algorithm)")
     _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
@@ -196,7 +198,8 @@ def cmd_topology(args) -> int:
 def cmd_plot(args) -> int:
     """Figures of finished runs (see :func:`minips.plots.plot_runs`)."""
     from .plots import plot_runs
-    for f in plot_runs(args.runs, args.out):
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    for f in plot_runs(args.runs, args.out, labels):
         print(f"wrote {f}")
     return 0
 
@@ -237,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
                    "stands for all its runs)")
     p.add_argument("--out", required=True, help="directory for the PNG files")
+    p.add_argument("--labels", help="comma-separated names of the runs, one per run in order (default: what "
+                   "differs between them: algorithm and options, network, ranks, ...; else the folder name)")
     p.set_defaults(func=cmd_plot)
 
     _load_optional()
@@ -268,7 +273,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into head/less that closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, RuntimeError, KeyError) as e:
         msg = f"error: {e}"
         if under_mpi and _world_size() > 1:
             from .distributed.comm import get_comm

@@ -153,8 +153,11 @@ class Trainer:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
         out = check_out_dir(cfg.out)  # on every rank, before any work
+        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
         self.build()
         if comm.rank == 0:
+            if cfg.overwrite and not cfg.resume:  # resuming keeps the checkpoint it reads
+                rundir.clear_run_files(out)
             try:
                 out.mkdir(parents=True, exist_ok=True)
             except OSError as e:

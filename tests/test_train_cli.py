@@ -49,7 +49,7 @@ def test_config_file_and_flag_override(tmp_path):
     # a predictor's options, defaults included, are recorded with the run
     cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync"\nquiet = true\n'
                    '[predictor_options]\nrho = 0.5\n')
-    r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out)])
+    r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out), "--overwrite"])
     assert r.returncode == 0, r.stderr
     opts = json.loads((out / "summary.json").read_text())["predictor_options"]
     assert opts["rho"] == 0.5 and opts["staleness"] == 2

@@ -171,7 +171,8 @@ sgd_momentum = exercise("3.2", sgd_momentum)
 
 # %%
 cfg = TrainConfig(model="convnet", data="fashion-mnist-mini", algo="sync", epochs=2, batch_size=64,
-                  max_steps=pick(0, 12), out=str(OUT / "convnet"), seed=0)
+                  max_steps=pick(0, 12), out=str(OUT / "convnet"), seed=0,
+                  overwrite=True)  # rerunning this step replaces its run
 print({k: getattr(cfg, k) for k in ("batch_size", "lr", "momentum", "nesterov", "weight_decay", "schedule")})
 trainer = Trainer(cfg)
 summary = trainer.run()

@@ -206,7 +206,8 @@ sync_step = exercise("5.1", sync_step, comm=comm)
 def short_run(model, network, steps):
     label = f"{model}, {network or 'shared memory'}"
     cfg = TrainConfig(model=model, algo="sync", epochs=1, max_steps=steps, batch_size=32, network=network,
-                      out=str(OUT / f"{model}-{network or 'real'}"), quiet=True, label=label)
+                      out=str(OUT / f"{model}-{network or 'real'}"), quiet=True, label=label,
+                      overwrite=True)
     s = Trainer(cfg).run()
     b = s["time_breakdown"]
     say(f"{label:28s} step {1e3 * s['step_time_s']:7.1f} ms = compute {1e3 * (b['forward'] + b['backward']):6.1f} ms "

@@ -253,7 +253,7 @@ for algo_name, bucket in (("sync", None), ("overlap-sync", 0.0), ("overlap-sync"
         f"{algo_name}, one bucket"
     cfg = TrainConfig(model="convnet", algo=algo_name, bucket_mb=1.0 if bucket is None else bucket, epochs=1,
                       max_steps=pick(30, 6), batch_size=32, network="1gbe", quiet=True, label=label,
-                      out=str(OUT / label.replace(", ", "-").replace(" ", "")))
+                      out=str(OUT / label.replace(", ", "-").replace(" ", "")), overwrite=True)
     s = Trainer(cfg).run()
     rows.append(s)
     eff = s["overlap_efficiency"]

@@ -271,7 +271,7 @@ for algo_name, k in (("sync", None), ("pseudo-sync", 1), ("pseudo-sync", 2)):
     label = algo_name if k is None else f"pseudo-sync:last:{k}"
     cfg = TrainConfig(model="convnet", algo=algo_name, predictor="last", staleness=k or 1, epochs=1, batch_size=32,
                       max_steps=pick(0, 6), network="1gbe", quiet=True, label=label,
-                      out=str(OUT / label.replace(":", "-")))
+                      out=str(OUT / label.replace(":", "-")), overwrite=True)
     s = Trainer(cfg).run()
     results.append(s)
     b = s["time_breakdown"]
