@@ -70,7 +70,8 @@ def _network_name(summary: dict) -> str:
 _DIFFERS = (("algo_label", lambda s, v: v), ("network", lambda s, v: v), ("world_size", lambda s, v: f"P={v}"),
             ("model", lambda s, v: str(v)), ("data", lambda s, v: str(v)), ("lr", lambda s, v: f"lr {v:g}"),
             ("batch_size_per_rank", lambda s, v: f"batch {v}"), ("seed", lambda s, v: f"seed {v}"),
-            ("partition", lambda s, v: f"partition {v}"), ("epochs_planned", lambda s, v: f"{v} epoch" + ("" if v == 1 else "s")))
+            ("partition", lambda s, v: f"partition {v}"),
+            ("epochs_planned", lambda s, v: f"{v} epoch" + ("" if v == 1 else "s")))
 
 
 def run_labels(runs, labels=None) -> list[str]:

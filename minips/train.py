@@ -234,9 +234,12 @@ class Trainer:
                 samples += sum(self.task.samples(batch) for batch in group)
                 row = None
                 if cfg.trace:
+                    # seconds columns end in _s; warmup = 1: a step of this process's first
+                    # report.WARMUP_STEPS (JIT compile, pipeline fill), left out of summary.json's means
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
                            "step_s": self.step_times[-1], "bytes_sent": self.step_bytes[-1],
-                           **self._last_phases, **self.algo.log}
+                           "warmup": int(len(self.step_times) <= report.WARMUP_STEPS),
+                           **{f"{k}_s": v for k, v in self._last_phases.items()}, **self.algo.log}
                     self.trace_rows.append(row)
                 self.global_step += 1
                 bar.update(1)
@@ -326,7 +329,7 @@ class Trainer:
         self.last_eval = row
         if not partial:
             self.history.append(row)
-        self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train loss "
+        self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train_loss "
                   f"{row['train_loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" if k == "consensus_distance"
                                                             else f"{k} {v:.4f}" for k, v in metrics.items())
                   + f", {row['seconds']:.1f} s")

@@ -185,8 +185,11 @@ summary = trainer.run()
 # the input). From step 5 on, `wait` will appear.
 #
 # The run directory holds `metrics.csv` (one row per epoch), `summary.json` (the final
-# numbers, e.g. `test_accuracy`, `images_per_s`, `time_breakdown`) and `trace.csv` (one row
-# per step). Let us plot the per-step training loss of both models.
+# numbers, e.g. `test_accuracy`, `time_breakdown`; its `units` table says what each one
+# measures: `images_per_s` is the training step's throughput, `wall_images_per_s` the whole
+# run's, evaluations and compile time included) and `trace.csv` (one row per step; the
+# phase columns end in `_s`, seconds, and `warmup = 1` marks the first steps, which include
+# Numba's compile time). Let us plot the per-step training loss of both models.
 
 # %%
 with open(OUT / "convnet" / "trace.csv") as f:

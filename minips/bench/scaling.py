@@ -135,7 +135,8 @@ def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
-            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out), "--overwrite"]
+            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
+            "--overwrite"]
     if args.network:
         cmd += ["--network", args.network]
     return cmd
