@@ -22,7 +22,7 @@ from .rundir import find_runs, load_run
 from .timing import phase_names
 
 __all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs",
-           "algo_color", "run_labels", "run_styles", "PHASE_COLORS"]
+           "algo_color", "run_labels", "run_styles", "PHASE_COLORS", "layout_problems"]
 
 #: one colour per timing phase, in every breakdown figure ("other": the step's time outside every phase)
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
@@ -184,26 +184,29 @@ def other_seconds(summary: dict) -> float:
 
 
 def plot_breakdown(runs, path) -> None:
-    """Stacked bars: mean milliseconds per step in each phase and "other" (the
-    rest of the step), one bar per run; the legend beside the bars."""
+    """Stacked horizontal bars: mean milliseconds per step in each phase and
+    "other" (the rest of the step), one bar per run (top to bottom in the
+    order given, its label beside it); the legend beside the bars."""
+    import textwrap
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(runs) + 4), 4.5))
-    x = list(range(len(runs)))
-    bottom = [0.0] * len(runs)
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.55 * len(runs)))
+    y = list(range(len(runs)))[::-1]  # the first run on top
+    left = [0.0] * len(runs)
     extra = iter(("#DD8452", "#937860", "#DA8BC3", "#8C8C8C", "#9EDAE5", "#FF9896"))
     for ph in phase_names([r["summary"]["time_breakdown"] for r in runs]):  # every phase any run timed
         vals = [1e3 * r["summary"]["time_breakdown"].get(ph, 0.0) for r in runs]
         if not any(vals) and ph not in _COLORS:
             continue
-        ax.bar(x, vals, bottom=bottom, label=ph, color=_COLORS.get(ph) or next(extra, None))
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.barh(y, vals, left=left, label=ph, color=_COLORS.get(ph) or next(extra, None))
+        left = [b + v for b, v in zip(left, vals)]
     other = [1e3 * other_seconds(r["summary"]) for r in runs]
     if any(other):
-        ax.bar(x, other, bottom=bottom, label="other (data, logging)", color=_COLORS["other"])
-    ax.set_xticks(x, [r["name"] for r in runs], rotation=20, ha="right")
-    ax.set_ylabel("ms per step (mean over steps and ranks)")
+        ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
+    ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
+    ax.set_xlabel("ms per step (mean over steps and ranks)")
     ax.set_title("timing breakdown per step")
-    _legend_beside(ax, fig, reverse=True)  # top phase first, as stacked
+    ax.grid(axis="x", alpha=0.3)
+    _legend_beside(ax, fig)
     fig.tight_layout()
     _save(fig, path)
 
@@ -214,7 +217,9 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     import numpy as np
     plt = _plt()
     has_pred = any(r["trace"] and "cos_forecast" in r["trace"][-1] for r in runs)
-    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(17 if has_pred else 8, 4.2), squeeze=False)
+    n_rows = -(-sum(1 for r in runs if r["trace"]) // 3)
+    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(17 if has_pred else 9, 4.2 + 0.2 * n_rows),
+                             squeeze=False)
     axes = axes[0]
 
     def series(r, key):
@@ -253,16 +258,19 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     for ax in axes:
         for line in ax.lines:
             handles.setdefault(line.get_label(), line)
-    fig.tight_layout()
+    rows = -(-len(handles) // 3)
+    bottom = (0.25 + 0.2 * rows) / fig.get_figheight() if handles else 0.0  # inches -> figure fraction
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
                    ncol=min(3, len(handles)), fontsize=8, frameon=False)
     _save(fig, path)
 
 
 def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     """Left: the final ``metric`` against the MiB each rank sent during
-    training (mean over ranks; log scale), one labelled point per run.
+    training (mean over ranks; log scale), one point per run (its colour and
+    marker in the legend below: labels next to coinciding points would overlap).
     Right, when runs let ranks hold different weights: the consensus distance
     ``(1/P) sum_i ||w_i - mean w||^2`` against the step (from trace.csv).
     Returns False (and writes nothing) when no run recorded its traffic."""
@@ -274,10 +282,10 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     if not pts:
         return False
     from matplotlib.ticker import LogLocator, ScalarFormatter
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2))
+    legend_rows = -(-len(runs) // 3)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2 + 0.2 * legend_rows))
     for x, y, name in pts:
-        a.scatter([x], [y], s=30, color=style[name]["color"], marker=style[name]["marker"])
-        a.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        a.scatter([x], [y], s=36, color=style[name]["color"], marker=style[name]["marker"], label=name)
     a.set_xscale("log")
     a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     a.xaxis.set_major_formatter(ScalarFormatter())
@@ -300,11 +308,17 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
         b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
         b.set_title("how far the ranks' models drift apart")
         b.grid(alpha=0.3, which="both")
-        b.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside, not over, the lines
     else:
         b.text(0.5, 0.5, "every run kept its ranks identical", ha="center", transform=b.transAxes)
         b.set_axis_off()
-    fig.tight_layout()
+    handles = {}  # one legend for both panels, below them
+    for ax in (a, b):
+        for h in [*ax.collections, *ax.lines]:
+            if not h.get_label().startswith("_"):
+                handles.setdefault(h.get_label(), h)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / fig.get_figheight(), 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(handles)), fontsize=8, frameon=False)
     _save(fig, path)
     return True
 
@@ -359,3 +373,82 @@ def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     if plot_traffic(runs, out / "traffic.png", metric):
         files.append(out / "traffic.png")
     return files
+
+
+def layout_problems(fig) -> list[str]:
+    """What a reader would stumble on in ``fig``, as matplotlib's renderer lays
+    it out (one sentence each; empty when none): texts (titles, axis and tick
+    labels, annotations, legend entries) that overlap each other, that run
+    off the figure, or that lie over another panel's drawing; a legend over
+    bars or boxes of its own panel; and a legend naming one entry twice.
+    Used by the tests on every figure minips and the tutorials draw."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Rectangle
+    fig.canvas.draw()
+    rend = fig.canvas.get_renderer()
+    W, H = fig.bbox.width, fig.bbox.height
+    problems, texts = [], []  # texts: (what, bbox, owner axes or None)
+
+    def add(t, what, owner):
+        if t is None or not t.get_visible() or not t.get_text().strip():
+            return
+        texts.append((f"{what} {t.get_text()!r}", t.get_window_extent(rend), owner))
+
+    def ticks(ax, axis, name):
+        lo, hi = sorted(axis.get_view_interval())
+        for tick in axis.get_major_ticks():
+            if lo - 1e-9 * (hi - lo) <= tick.get_loc() <= hi + 1e-9 * (hi - lo):
+                for lab in (tick.label1, tick.label2):
+                    add(lab, f"{name} tick label", ax)
+
+    if fig._suptitle is not None:
+        add(fig._suptitle, "suptitle", None)
+    legends = [(lg, None) for lg in fig.legends]
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for t, what in ((ax.title, "title"), (ax._left_title, "title"), (ax._right_title, "title"),
+                        (ax.xaxis.label, "x label"), (ax.yaxis.label, "y label")):
+            if ax.axison or what == "title":
+                add(t, what, ax)
+        if ax.axison:
+            ticks(ax, ax.xaxis, "x")
+            ticks(ax, ax.yaxis, "y")
+        for t in ax.texts:
+            add(t, "text", ax)
+        if ax.get_legend() is not None:
+            legends.append((ax.get_legend(), ax))
+    for lg, owner in legends:
+        names = [t.get_text() for t in lg.get_texts()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            problems.append(f"legend names {', '.join(map(repr, dup))} more than once")
+        for t in lg.get_texts():
+            texts.append((f"legend entry {t.get_text()!r}", t.get_window_extent(rend), owner or "figure legend"))
+        if owner is not None:  # over the panel's own bars or boxes?
+            box = lg.get_window_extent(rend)
+            shapes = [p.get_window_extent(rend) for p in owner.patches if isinstance(p, Rectangle)
+                      and p.get_width() and p.get_height()]
+            for c in owner.collections:
+                if isinstance(c, PolyCollection):
+                    shapes += [path.get_extents(c.get_transform()) for path in c.get_paths()]
+            if any(box.overlaps(s) and s.width > 0 and s.height > 0 for s in shapes):
+                problems.append(f"the legend of panel {owner.get_title()!r} covers its bars")
+    for what, bb, _ in texts:
+        if bb.x0 < -1 or bb.y0 < -1 or bb.x1 > W + 1 or bb.y1 > H + 1:
+            problems.append(f"{what} runs off the figure")
+    shrink = 1.0  # touching is fine; overlapping by more than a pixel is not
+
+    def hit(a, b):
+        return (min(a.x1, b.x1) - max(a.x0, b.x0) > shrink) and (min(a.y1, b.y1) - max(a.y0, b.y0) > shrink)
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            if hit(texts[i][1], texts[j][1]):
+                problems.append(f"{texts[i][0]} overlaps {texts[j][0]}")
+    drawn = [ax for ax in fig.axes if ax.get_visible() and (ax.images or ax.lines or ax.patches or ax.collections)]
+    for what, bb, owner in texts:
+        for ax in drawn:
+            if ax is not owner and hit(bb, ax.get_window_extent(rend)) and not np.isclose(bb.width, 0):
+                problems.append(f"{what} lies over another panel ({ax.get_title()!r})")
+    return problems
