@@ -79,6 +79,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _bool_flag(p, "overwrite", "replace the run already in --out (its metrics, summary, trace, checkpoint and "
                                "figures are removed first); without it a folder holding a run is refused")
     p.add_argument("--max-steps", type=int, help="stop after N steps (0 = run all epochs)")
+    p.add_argument("--eval-batch-size", type=int, help=f"samples per forward pass when evaluating on the test set "
+                                                       f"(memory only: metrics do not depend on it; default "
+                                                       f"{d.eval_batch_size})")
     p.add_argument("--label", help="name of the run in tables and figures (default: the algorithm)")
     _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
     _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
@@ -204,10 +207,57 @@ def cmd_plot(args) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (``--epoch`` is not taken for ``--epochs``)
+    and with a suggestion for a misspelt option: an unknown ``--flag`` is
+    reported with the usage of the subcommand it was given to and the closest
+    options it has (``--algorithm``: did you mean ``--algo``?)."""
+
+    def __init__(self, *a, **k):
+        k.setdefault("allow_abbrev", False)
+        super().__init__(*a, **k)
+
+    def error(self, message):
+        import difflib
+        import re
+        parser = self
+        m = re.match(r"unrecognized arguments: (.*)", message)
+        if m:
+            parser = self._chosen_subparser() or self
+            unknown = [a.split("=", 1)[0] for a in m.group(1).split() if a.startswith("-")]
+            options = [o for act in parser._actions for o in act.option_strings if o.startswith("--")]
+            hints = []
+            for u in unknown:
+                close = difflib.get_close_matches(u, options, n=3, cutoff=0.6)
+                if close:
+                    hints.append(f"{u}: did you mean {' or '.join(close)}?")
+            if hints:
+                message += "\n" + "\n".join(hints)
+            message += f"\n(all options: {parser.prog} --help)"
+        parser.print_usage(sys.stderr)
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    def _chosen_subparser(self, argv=None):
+        """The (innermost) subcommand's parser named in the arguments, or None."""
+        argv = self._argv if argv is None else argv
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for i, arg in enumerate(argv or []):
+                    if arg in action.choices:
+                        sub = action.choices[arg]
+                        return sub._chosen_subparser(argv[i + 1:]) or sub
+        return None
+
+    _argv = None
+
+    def parse_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m minips",
-                                 description="minips: data-parallel SGD, from scratch, for CPU clusters")
-    sub = ap.add_subparsers(dest="command", required=True,
+    ap = Parser(prog="python -m minips", description="minips: data-parallel SGD, from scratch, for CPU clusters")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser,
                             metavar="{train,compare,algorithms,topology,bench,data,plot}")
     p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
     add_train_arguments(p)

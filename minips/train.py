@@ -129,6 +129,18 @@ class Trainer:
                       f"{self.threads} Numba threads per rank may run much slower than 1: "
                       "set NUMBA_NUM_THREADS=1 if steps are slow")
 
+    def _note_oversubscribed(self) -> None:
+        """More ranks on this node than cores (``mpiexec -n 3`` on 2 cores): the
+        ranks take turns on the cores and every collective waits for the one
+        that is descheduled, so steps are slower and timings say little. Say
+        so, once, on rank 0."""
+        from .kernels.threads import cores_on_node
+        ranks, cores = self.comm.local_size, cores_on_node()
+        if ranks > cores:
+            self._say(f"note: {ranks} ranks share {cores} core(s) on this node: they take turns, so each step waits "
+                      f"for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or fewer) "
+                      "for measurements")
+
     def _warn_unseen_classes(self) -> None:
         """With a non-IID partition, say which classes no rank trains on (e.g.
         by-class:2 on 2 ranks covers 4 of 10): a test accuracy near the share of
@@ -174,6 +186,7 @@ class Trainer:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
         self._warn_if_busy()
+        self._note_oversubscribed()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "

@@ -229,7 +229,7 @@ with mp.no_grad():
     pred = cnn(mp.Tensor(ds.test_x[:500])).data.argmax(axis=1)
 cnn.train()
 wrong = np.flatnonzero(pred != ds.test_y[:500])[:12]
-fig, axes = plt.subplots(2, 6, figsize=(10, 3.8))
+fig, axes = plt.subplots(2, 6, figsize=(10, 4.6), gridspec_kw={"hspace": 0.6})  # room for two-line titles
 for ax, i in zip(axes.flat, wrong):
     ax.imshow(ds.test_x[i, 0], cmap="gray_r")
     ax.set_title(f"{ds.class_names[pred[i]]}\n(is {ds.class_names[ds.test_y[i]]})", fontsize=7)

@@ -344,9 +344,11 @@ def trace_column(run_dir, key):
         return [float(r[key]) for r in csv.DictReader(f) if r.get(key)]
 
 
+from minips.plots import algo_color  # noqa: E402
+
 fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
 a.barh([s["label"] for s in summaries], [s["test_accuracy"] for s in summaries],
-       color=["#4C72B0", "#C44E52", "#55A868", "#8172B2"][-len(summaries):])
+       color=[algo_color(s["algo"]) for s in summaries])  # each algorithm's colour in every minips figure
 a.invert_yaxis()
 a.set_xlim(0, 1)
 a.set_xlabel("test accuracy after 1 epoch")
