@@ -310,7 +310,8 @@ show(fig, OUT / "predictors_lab.png")
 cmp_dir = OUT / "compare"
 fast_args = ["--max-steps", "8"] if FAST else []
 mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir, "--overwrite", "--quiet",
+            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir,
+            "--overwrite", "--quiet",
             *fast_args])
 
 # %% [markdown]
@@ -329,7 +330,8 @@ config.write_text('label = "pseudo-sync:adaptive:2, lambda0=1, h_max=50"\n\n'
 print(config.read_text())
 l1_dir = OUT / "adaptive-lambda1"
 mpiexec(2, ["-m", "minips", "train", "--config", config, "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l1_dir, "--overwrite", "--quiet",
+            "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l1_dir,
+            "--overwrite", "--quiet",
             *fast_args], quiet=True)
 
 # %%

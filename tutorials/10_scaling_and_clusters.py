@@ -110,7 +110,8 @@ networks = pick(("real", "1gbe"), ("1gbe",))
 for net in networks:
     mpiexec(2, ["-m", "minips", "compare", "--algos", pick("sync,overlap-sync,pseudo-sync:adaptive",
                                                            "sync,pseudo-sync:adaptive"),
-                "--out", OUT / f"p2-{net}", "--overwrite", *common, *([] if net == "real" else ["--network", net])], quiet=True)
+                "--out", OUT / f"p2-{net}", "--overwrite", *common,
+                *([] if net == "real" else ["--network", net])], quiet=True)
 p1 = json.loads((OUT / "p1" / "compare.json").read_text())[0]
 p2 = {net: json.loads((OUT / f"p2-{net}" / "compare.json").read_text()) for net in networks}
 t_c = p1["time_breakdown"]["forward"] + p1["time_breakdown"]["backward"]
