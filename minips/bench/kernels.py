@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -366,6 +367,15 @@ def add_arguments(p):
     p.set_defaults(func=run)
 
 
+def _warn_if_busy(load: float, cores: int, threads: int) -> None:
+    """Say so when other programs occupy the cores: the kernels then share them,
+    GFLOP/s and %peak come out low and vary, and threads wait for descheduled peers."""
+    if load >= cores - 0.5:
+        print(f"warning: this machine is busy (load average {load:.1f} on {cores} cores): these timings are "
+              f"lower and noisier than on idle cores{'' if threads < 2 else ', and with several threads much lower'}"
+              "; rerun when it is idle (uptime) before quoting them", flush=True)
+
+
 def run(args) -> int:
     """Run the kernel benchmark; print the table; write JSON if asked. Returns 0.
 
@@ -381,10 +391,13 @@ def run(args) -> int:
         names = list(dict.fromkeys(c.kernel for c in collect_cases(ctx)))
         raise ValueError(f"--only {args.only!r} matches no benchmark case; give part of a kernel name or "
                          f"shape, e.g. --only conv2d; the kernels: {', '.join(names)}")
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    _warn_if_busy(load_start[0], kthreads.cores_on_node(), n)
     machine = machine_report(n, torch)
     rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick)
     import numba
     machine["threading_layer"] = numba.threading_layer()
+    machine["load_avg_start"], machine["load_avg_end"] = load_start, [round(x, 2) for x in os.getloadavg()]
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores; {n} thread(s) for Numba, BLAS"
           + (" and torch" if torch else "") + f"; {machine['threading_layer']} threading layer")
     print(f"peak (stated): {machine['peak_arithmetic']}")
@@ -394,6 +407,9 @@ def run(args) -> int:
     print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column "
           "(above 100%: the data stayed in cache; docs/kernels.md)")
     print(format_table(rows))
+    print(f"load average {machine['load_avg_start'][0]:.2f} at the start, {machine['load_avg_end'][0]:.2f} at the end "
+          f"({kthreads.cores_on_node()} cores)")
+    _warn_if_busy(machine["load_avg_end"][0], kthreads.cores_on_node(), n)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine, "rows": rows}, f, indent=2)

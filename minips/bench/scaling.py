@@ -31,8 +31,9 @@ Then the model (:mod:`minips.distributed.projection`):
   compute and ideal offloaded overlap (phi = ``--project-interference``,
   default 0), next to the seed paper's 93.4 % (64 nodes) and 90.5 % (128).
 
-Writes ``--json`` (everything) and ``--plot`` (measured breakdown and E(P);
-projection) and prints the tables. ``--from-json`` redoes the model and plots
+Prints the tables and writes them to ``OUT/scaling.txt``, everything to
+``--json`` (default ``OUT/scaling.json``), and ``--plot`` (measured breakdown
+and E(P); projection). A "-" in a table is explained under it. ``--from-json`` redoes the model and plots
 from an earlier JSON without running anything.
 """
 from __future__ import annotations
@@ -320,6 +321,15 @@ def _print_measured(rows, say):
         say(f"{r['label']:<24}{r['P']:>3} {1e3 * r['step_time_s']:9.2f} {r['images_per_s']:9.0f} {eff:>6} "
             f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * b['predict']:8.2f} "
             f"{1e3 * b['update']:7.2f} {1e3 * other:7.2f} {ca:>16} {oe:>12}")
+    notes = []
+    if any(r["efficiency"] is None for r in rows):
+        notes.append("E(P) -: no P = 1 run of this algorithm to divide by (add 1 to --ranks)")
+    if any(not r.get("comm_alone_s") for r in rows):
+        notes.append("allreduce alone -: one rank, nothing to communicate")
+    if any(r.get("overlap_efficiency") is None for r in rows):
+        notes.append("overlap eff -: one rank, or an algorithm that does not allreduce the gradient every step")
+    say("  (times in ms per step; other = the step minus its phases: data, logging"
+        + "".join(f"; {n}" for n in notes) + ")")
     superlinear = [f"{r['label']} at P = {r['P']}" for r in rows if r["efficiency"] and r["efficiency"] > 1.05]
     if superlinear:
         # Weak scaling cannot beat one rank by more than noise: the P = 1 run was slowed down.
@@ -342,6 +352,10 @@ def _print_check(check, say):
         b = cell(c.get("predicted_fit_s"), c["measured_s"])
         o = cell(c.get("predicted_own_compute_s"), c["measured_s"])
         say(f"{c['label']:<24}{c['P']:>3} {1e3 * c['measured_s']:12.2f} {a:>30} {b:>15} {o:>24}")
+    if any(c.get(k) is None for c in check for k in ("predicted_measured_comm_s", "predicted_fit_s",
+                                                        "predicted_own_compute_s")):
+        say("  (-: no prediction of that kind: pred. (fit) needs --comm-json (a bench comm --json output); "
+            "the others need the algorithm's P = 1 run and, at P, its measured allreduce)")
 
 
 def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
@@ -370,6 +384,8 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
         allr = next(iter(p["algos"].values()))
         say(f"{'allreduce ms':<{w}}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
+        if any(P not in rows["P"] for rows in p["algos"].values() for P in show):
+            say("  (-: not projected, beyond --project-max)")
 
 
 def plot_scaling(result: dict, path) -> None:
@@ -477,7 +493,12 @@ def run(args) -> int:
     if launched_by_mpi() and os.environ.get("MINIPS_MPI") != "1":
         raise ScalingError("bench scaling launches mpiexec itself: run it as one plain process, "
                            "not under mpiexec")
-    say = print
+    lines: list[str] = []
+
+    def say(*a):  # print, and keep for the report file
+        text = " ".join(map(str, a))
+        lines.append(text)
+        print(text, flush=True)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
         rows = result["measured"]
@@ -527,9 +548,12 @@ def run(args) -> int:
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        say(f"\nwrote {args.json}")
+    report_dir = Path(args.out)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    json_path = Path(args.json) if args.json else report_dir / "scaling.json"
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    say(f"\nwrote {json_path} (everything) and {report_dir / 'scaling.txt'} (these tables)")
+    (report_dir / "scaling.txt").write_text("\n".join(lines) + "\n")
     if args.plot:
         plot_scaling(result, args.plot)
         say(f"wrote {args.plot}")
@@ -559,7 +583,8 @@ def add_arguments(p):
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when the ranks fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
-    p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs")
+    p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs and of the report: "
+                                                         "scaling.txt (the tables) and scaling.json (unless --json)")
     p.add_argument("--comm-json", help="bench comm --json output: its alpha-beta fit (and poll-mode overlap) "
                                        "for the predicted-vs-measured check")
     p.add_argument("--interference", default="auto",
@@ -572,7 +597,7 @@ def add_arguments(p):
     p.add_argument("--project-also", help="further algorithm specs (comma-separated) to project from the "
                                           "baseline's P = 1 profile, without measuring them")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
-    p.add_argument("--json", help="write everything to this JSON file")
+    p.add_argument("--json", help="write everything to this JSON file (default OUT/scaling.json)")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
     p.add_argument("--plot-projection", help="PNG of the projected E(P)")
     p.set_defaults(func=run)
