@@ -299,6 +299,12 @@ show(fig, OUT / "predictors_lab.png")
 # Try it: change `rho`, `h_max` or `lambda0` through `predictor_options` (they are the
 # keyword arguments of `AdaptivePredictor`), or use `LeastSquares(rotate=True)`.
 #
+# To change the *rule* itself, edit its readable code: steps 1-2 are `aesp_step` in
+# `kernels/reference.py`, step 3 is `_update_confidence` above. By default steps 1-2 run as
+# a fused Numba kernel compiled from a copy of that code, so **set `MINIPS_REFERENCE_KERNELS=1`**
+# (in the shell before running this step, or `train --reference-kernels`): then the readable
+# NumPy code runs and your edit changes the curves.
+#
 # ## 6. On a real network: `compare`
 #
 # Finally the ConvNet on 2 ranks, one epoch, staleness k = 2 to make the stale gradient
