@@ -225,7 +225,8 @@ class Parser(argparse.ArgumentParser):
         if m:
             parser = self._chosen_subparser() or self
             unknown = [a.split("=", 1)[0] for a in m.group(1).split() if a.startswith("-")]
-            options = [o for act in parser._actions for o in act.option_strings if o.startswith("--")]
+            options = [o for act in parser._actions for o in act.option_strings
+                       if o.startswith("--") and o != "--help"]
             hints = []
             for u in unknown:
                 close = difflib.get_close_matches(u, options, n=3, cutoff=0.6)
