@@ -130,16 +130,21 @@ class Trainer:
                       "set NUMBA_NUM_THREADS=1 if steps are slow")
 
     def _note_oversubscribed(self) -> None:
-        """More ranks on this node than cores (``mpiexec -n 3`` on 2 cores): the
-        ranks take turns on the cores and every collective waits for the one
-        that is descheduled, so steps are slower and timings say little. Say
-        so, once, on rank 0."""
-        from .kernels.threads import cores_on_node
-        ranks, cores = self.comm.local_size, cores_on_node()
-        if ranks > cores:
-            self._say(f"note: {ranks} ranks share {cores} core(s) on this node: they take turns, so each step waits "
-                      f"for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or fewer) "
-                      "for measurements")
+        """More ranks on a node than processors they may run on (``mpiexec -n 3``
+        on 2 cores): the ranks take turns, every collective waits for the one
+        that is descheduled, steps are slower and timings say little. Say so,
+        once, on rank 0. Collective. The processors are the union of the node's
+        ranks' affinities (with ``-bind-to core`` each rank sees one core)."""
+        import socket
+        mine = (socket.gethostname(), sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else list(range(os.cpu_count() or 1)))
+        everyone = self.comm.allgather(mine) if self.comm.size > 1 else [mine]
+        here = [cpus for host, cpus in everyone if host == mine[0]]
+        cores = len(set().union(*map(set, here)))
+        if len(here) > cores:
+            self._say(f"note: {len(here)} ranks share {cores} core(s) on this node: they take turns, so each step "
+                      f"waits for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or "
+                      "fewer) for measurements")
 
     def _warn_unseen_classes(self) -> None:
         """With a non-IID partition, say which classes no rank trains on (e.g.

@@ -87,15 +87,28 @@ def test_eval_batch_size_is_a_flag(capsys):
     assert "--eval-batch-size" in capsys.readouterr().out
 
 
-def test_a_note_when_ranks_exceed_the_cores(monkeypatch, capsys):
-    from minips.kernels import threads
+def test_a_note_when_ranks_exceed_the_cores(capsys):
+    """Three ranks whose affinities cover 2 processors get the note; two ranks
+    bound to one core each (mpiexec -bind-to core) do not."""
+    import socket
+
     from minips.train import Trainer, TrainConfig
+    host = socket.gethostname()
+
+    class FakeComm:
+        rank, size = 0, 3
+
+        def __init__(self, gathered):
+            self.gathered = gathered
+
+        def allgather(self, mine):
+            return self.gathered
+
     t = Trainer.__new__(Trainer)
     t.cfg = TrainConfig(quiet=False)
-    t.comm = type("C", (), {"rank": 0, "local_size": 3})()
-    monkeypatch.setattr(threads, "cores_on_node", lambda: 2)
+    t.comm = FakeComm([(host, [0, 1]), (host, [0, 1]), (host, [0, 1])])
     t._note_oversubscribed()
     assert "3 ranks share 2 core(s)" in capsys.readouterr().out
-    t.comm.local_size = 2
+    t.comm = FakeComm([(host, [0]), (host, [1]), ("elsewhere", [0])])  # bound, one core each; a rank elsewhere
     t._note_oversubscribed()
     assert capsys.readouterr().out == ""
