@@ -411,19 +411,23 @@ def plot_scaling(result: dict, path) -> None:
     ax.bar(names, other, bottom=bottom, label="other", color="#BBBBBB")
     ax.set_ylabel("ms per step (slowest rank)")
     ax.tick_params(axis="x", labelsize=7, labelrotation=60)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)  # beside, not over, the bars
     emu = " (EMULATED " + rows[0]["network"] + ")" if rows and rows[0].get("network_emulated") else ""
     ax.set_title(f"measured step, {result['config']['model']}, batch {result['config']['batch_size']}/rank{emu}",
                  fontsize=9)
     ax = axes[1]
-    for label in dict.fromkeys(r["label"] for r in rows):
+    from ..plots import algo_color, run_styles
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    for label, st in zip(labels, run_styles(len(labels))):
+        color = algo_color(_algo_name(label))  # the algorithm's colour in every minips figure
         rs = [r for r in rows if r["label"] == label and r["efficiency"] is not None]
-        ax.plot([r["P"] for r in rs], [r["efficiency"] for r in rs], "o-", label=f"{label} measured")
+        ax.plot([r["P"] for r in rs], [r["efficiency"] for r in rs], marker=st["marker"], linestyle="-", color=color,
+                label=f"{label} measured")
         cs = [c for c in result.get("model_check", []) if c["label"] == label and c.get("predicted_measured_comm_s")]
         if cs:
             t1 = next(r["step_time_s"] for r in rows if r["label"] == label and r["P"] == 1)
             ax.plot([1] + [c["P"] for c in cs], [1.0] + [t1 / c["predicted_measured_comm_s"] for c in cs], "x--",
-                    label=f"{label} model")
+                    color=color, label=f"{label} model")
     ax.set_xlabel("ranks P")
     ax.set_ylabel("E(P) = T(1) / T(P)")
     ax.grid(alpha=0.3)
@@ -435,6 +439,11 @@ def plot_scaling(result: dict, path) -> None:
     plt.close(fig)
 
 
+def _algo_name(label: str) -> str:
+    """The registered algorithm of a spec or label ("pseudo-sync:adaptive@x" -> "pseudo-sync")."""
+    return label.split("@")[0].split(":")[0].strip()
+
+
 def plot_projection(result: dict, path) -> None:
     """E(P) against nodes (log scale) per interconnect and algorithm, with the
     seed paper's 93.4 % at 64 nodes and 90.5 % at 128."""
@@ -442,6 +451,7 @@ def plot_projection(result: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import algo_color
     proj = result["projection"]
     fig, axes = plt.subplots(1, len(proj), figsize=(4.2 * len(proj), 4), sharey=True, squeeze=False)
     algos = list(next(iter(proj.values()))["algos"]) if proj else []
@@ -450,7 +460,7 @@ def plot_projection(result: dict, path) -> None:
         base = p.get("baseline")
         for algo, rows in p["algos"].items():
             line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], linestyle=styles.get(algo, "-"),
-                                base=2, label=f"{algo}: E(P)", lw=2)
+                                base=2, label=f"{algo}: E(P)", lw=2, color=algo_color(_algo_name(algo)))
             if algo != base and "vs_baseline_1" in rows:
                 ax.semilogx(rows["P"], [100 * e for e in rows["vs_baseline_1"]], ":", base=2,
                             color=line.get_color(), lw=1, label=f"{algo}: T_{base}(1)/T(P)")
