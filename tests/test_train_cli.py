@@ -176,7 +176,7 @@ def test_failed_run_restores_signal_handlers_and_drains():
 
     before = signal.getsignal(signal.SIGTERM)
     t = Trainer(TrainConfig(model="mlp", epochs=1, lr=1e4, momentum=0.99, algo="pseudo-sync", quiet=True,
-                            trace=False, out=str(ROOT / "runs" / "test-nan")))
+                            trace=False, out=str(ROOT / "runs" / "test-nan"), overwrite=True))
     with pytest.raises(FloatingPointError, match="at step"):
         t.run()
     assert signal.getsignal(signal.SIGTERM) is before
