@@ -34,7 +34,7 @@ def test_train_writes_metrics_and_summary(tmp_path):
     assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
     assert s["test_accuracy"] > 0.7
     trace = list(csv.DictReader(open(out / "trace.csv")))
-    assert len(trace) == s["steps"] and "wait" in trace[0]
+    assert len(trace) == s["steps"] and "wait_s" in trace[0]  # phase columns in seconds
 
 
 def test_config_file_and_flag_override(tmp_path):
