@@ -7,7 +7,37 @@ Python that a debugger can step through. Every kernel has a plain-NumPy twin in
 :mod:`minips.kernels.reference`: the readable specification and the test oracle.
 
 Kernels know nothing about Tensors or MPI: arrays in, arrays out.
+
+**The reference switch.** ``MINIPS_REFERENCE_KERNELS=1`` in the environment
+(or ``--reference-kernels`` on the command line, which sets it) makes the
+layers, the loss and the gradient predictors call those NumPy twins instead of
+the Numba kernels: edit a function in ``kernels/reference.py`` (say AESP's
+``aesp_step``) and the next run uses your edit. Slower (the convolution's twin
+several times so), same results to float rounding. The switch is read at every
+call, so a test or a notebook can flip it with ``os.environ``.
 """
+import os
+
 from .threads import configure_threads, set_passive_wait, threads_per_rank  # noqa: F401
 
 set_passive_wait()   # before Numba loads its OpenMP runtime: idle threads sleep, not spin
+
+#: the environment variable of the reference switch (any value but "" and "0" turns it on)
+REFERENCE_ENV = "MINIPS_REFERENCE_KERNELS"
+
+
+def reference_kernels() -> bool:
+    """Whether the readable NumPy twins run instead of the Numba kernels
+    (``MINIPS_REFERENCE_KERNELS`` set to anything but "" or "0")."""
+    return os.environ.get(REFERENCE_ENV, "") not in ("", "0")
+
+
+def impl(module):
+    """``module`` (a kernel module, e.g. :mod:`minips.kernels.pool`), or
+    :mod:`minips.kernels.reference` when :func:`reference_kernels` is on: the
+    twins have the same names and signatures (except the convolution's, which
+    :mod:`minips.nn.conv` dispatches itself)."""
+    if reference_kernels():
+        from . import reference
+        return reference
+    return module

@@ -77,11 +77,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    f"progress (default {d.progress})")
     p.add_argument("--check-replicas", type=int, help="compare weight hashes across ranks every N steps")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every N steps (0 = off)")
-    p.add_argument("--resume", help="checkpoint file to resume from")
+    p.add_argument("--resume", help="checkpoint file to resume from (the run folder's files are rewritten)")
+    _bool_flag(p, "overwrite", "replace the run already in --out (its metrics, summary, trace, checkpoint and "
+                               "figures are removed first); without it a folder holding a run is refused")
     p.add_argument("--max-steps", type=int, help="stop after N steps (0 = run all epochs)")
+    p.add_argument("--eval-batch-size", type=int, help=f"samples per forward pass when evaluating on the test set "
+                                                       f"(memory only: metrics do not depend on it; default "
+                                                       f"{d.eval_batch_size})")
     p.add_argument("--label", help="name of the run in tables and figures (default: the algorithm)")
     _bool_flag(p, "quiet", "no progress bar or per-epoch lines")
     _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
+    p.add_argument("--reference-kernels", action="store_true", default=None,
+                   help="run the readable NumPy twins (kernels/reference.py) instead of the Numba kernels, for "
+                        "the layers, the loss and the gradient predictors: an edit there then changes the run "
+                        "(slower; same as MINIPS_REFERENCE_KERNELS=1)")
 
 
 def config_from_args(args):
@@ -194,15 +203,64 @@ def cmd_topology(args) -> int:
 def cmd_plot(args) -> int:
     """Figures of finished runs (see :func:`minips.plots.plot_runs`)."""
     from .plots import plot_runs
-    for f in plot_runs(args.runs, args.out):
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    for f in plot_runs(args.runs, args.out, labels):
         print(f"wrote {f}")
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (``--epoch`` is not taken for ``--epochs``)
+    and with a suggestion for a misspelt option: an unknown ``--flag`` is
+    reported with the usage of the subcommand it was given to and the closest
+    options it has (``--algorithm``: did you mean ``--algo``?)."""
+
+    def __init__(self, *a, **k):
+        k.setdefault("allow_abbrev", False)
+        super().__init__(*a, **k)
+
+    def error(self, message):
+        import difflib
+        import re
+        parser = self
+        m = re.match(r"unrecognized arguments: (.*)", message)
+        if m:
+            parser = self._chosen_subparser() or self
+            unknown = [a.split("=", 1)[0] for a in m.group(1).split() if a.startswith("-")]
+            options = [o for act in parser._actions for o in act.option_strings
+                       if o.startswith("--") and o != "--help"]
+            hints = []
+            for u in unknown:
+                close = difflib.get_close_matches(u, options, n=3, cutoff=0.6)
+                if close:
+                    hints.append(f"{u}: did you mean {' or '.join(close)}?")
+            if hints:
+                message += "\n" + "\n".join(hints)
+            message += f"\n(all options: {parser.prog} --help)"
+        parser.print_usage(sys.stderr)
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    def _chosen_subparser(self, argv=None):
+        """The (innermost) subcommand's parser named in the arguments, or None."""
+        argv = self._argv if argv is None else argv
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for i, arg in enumerate(argv or []):
+                    if arg in action.choices:
+                        sub = action.choices[arg]
+                        return sub._chosen_subparser(argv[i + 1:]) or sub
+        return None
+
+    _argv = None
+
+    def parse_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m minips",
-                                 description="minips: data-parallel SGD, from scratch, for CPU clusters")
-    sub = ap.add_subparsers(dest="command", required=True,
+    ap = Parser(prog="python -m minips", description="minips: data-parallel SGD, from scratch, for CPU clusters")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser,
                             metavar="{train,compare,algorithms,topology,bench,data,plot,gossip-lab}")
     p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
     add_train_arguments(p)
@@ -235,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
                    "stands for all its runs)")
     p.add_argument("--out", required=True, help="directory for the PNG files")
+    p.add_argument("--labels", help="comma-separated names of the runs, one per run in order (default: what "
+                   "differs between them: algorithm and options, network, ranks, ...; else the folder name)")
     p.set_defaults(func=cmd_plot)
 
     _load_optional()
@@ -256,6 +316,9 @@ def _load_optional():
 def main(argv=None) -> int:
     """Entry point; returns the exit status. User errors print one line, not a traceback."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "reference_kernels", None):
+        from .kernels import REFERENCE_ENV
+        os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
     from .distributed.comm import launched_by_mpi
     under_mpi = launched_by_mpi()
     try:
@@ -263,7 +326,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into head/less that closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, KeyError, EOFError,
+    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, RuntimeError, KeyError, EOFError,
             pickle.UnpicklingError) as e:
         msg = f"error: {_numba_cache_message(e) or e}"
         if under_mpi and _world_size() > 1:

@@ -58,7 +58,9 @@ def check_algos(base_cfg, algos: list[dict], out) -> None:
     """
     from .config import ConfigError, check_out_dir
 
+    from .rundir import check_fresh
     out = check_out_dir(out)
+    check_fresh(out, base_cfg.overwrite)  # an older compare's runs and table would be mixed with this one's
     seen = {}
     for entry in algos:
         cfg = _run_config(base_cfg, entry, out)
@@ -175,6 +177,9 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -
     out = Path(out)
     check_algos(base_cfg, algos, out)
     comm = get_comm(base_cfg.network, base_cfg.progress)
+    if comm.rank == 0 and base_cfg.overwrite:
+        from .rundir import clear_run_files
+        clear_run_files(out)
     summaries = []
     for entry in algos:
         cfg = _run_config(base_cfg, entry, out)

@@ -93,6 +93,7 @@ class TrainConfig:
     label: str | None = None
     consensus_every: int = 50
     eval_rank0: bool = False
+    overwrite: bool = False
 
     def algo_defaults(self) -> dict:
         """The older per-option flags as algorithm option defaults (see the class doc)."""

@@ -6,6 +6,13 @@ time, the stacked per-step timing breakdown, the per-step training loss and
 predictor diagnostics (lambda, forecast cosine) from ``trace.csv``, and (when
 the runs counted their traffic) accuracy against MiB sent with the consensus
 distance of runs whose ranks hold different weights.
+
+What a reader can rely on in every figure: each algorithm has one colour
+(:func:`algo_color`, fixed by its place in the registry), each run its own
+line style and marker (so identical curves, e.g. sync and overlap-sync, both
+show), and each run a label that says what differs between the runs
+(:func:`run_labels`: the algorithm and its options, the network, the ranks,
+... or the folder name), with runs on an emulated network marked as such.
 """
 from __future__ import annotations
 
@@ -14,10 +21,103 @@ from pathlib import Path
 from .rundir import find_runs, load_run
 from .timing import phase_names
 
-__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs"]
+__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs",
+           "algo_color", "run_labels", "run_styles", "PHASE_COLORS", "layout_problems"]
 
-_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
-           "predict": "#CCB974", "update": "#64B5CD"}
+#: one colour per timing phase, in every breakdown figure ("other": the step's time outside every phase)
+PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
+                "predict": "#CCB974", "update": "#64B5CD", "other": "#BBBBBB"}
+_COLORS = PHASE_COLORS
+
+# 20 well-separated colours (matplotlib's tab10, then Dark2 and two of Set1): the n-th
+# registered algorithm gets the n-th; the registry's order is fixed, so is the colour.
+_ALGO_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
+                 "#a6761d", "#666666", "#377eb8", "#4daf4a")
+_LINESTYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def algo_color(algo: str) -> str:
+    """The colour of algorithm ``algo`` (its registry name, e.g. ``pseudo-sync``)
+    in every figure: fixed by its place in the registry (``ALGORITHMS``);
+    a name not registered gets a colour from a hash of the name."""
+    from .distributed.algorithms import ALGORITHMS
+    names = list(ALGORITHMS)
+    if algo in names:
+        return _ALGO_PALETTE[names.index(algo) % len(_ALGO_PALETTE)]
+    import zlib
+    return _ALGO_PALETTE[zlib.crc32(algo.encode()) % len(_ALGO_PALETTE)]
+
+
+def run_styles(n: int) -> list[dict]:
+    """Line style and marker of the i-th of ``n`` runs: all different, so two runs
+    with the same curve still show as two (the markers are also staggered
+    with ``markevery`` where curves are long)."""
+    return [{"linestyle": _LINESTYLES[i % len(_LINESTYLES)], "marker": _MARKERS[i % len(_MARKERS)]}
+            for i in range(n)]
+
+
+def _network_name(summary: dict) -> str:
+    """"emulated 1 GbE" for an emulated network, "real network" otherwise."""
+    if not summary.get("network_emulated"):
+        return "real network"
+    net = str(summary.get("network") or "?")
+    return "emulated " + net.split(" (")[0]
+
+
+# What may differ between runs, in the order a label names it: (summary key -> text).
+_DIFFERS = (("algo_label", lambda s, v: v), ("network", lambda s, v: v), ("world_size", lambda s, v: f"P={v}"),
+            ("model", lambda s, v: str(v)), ("data", lambda s, v: str(v)), ("lr", lambda s, v: f"lr {v:g}"),
+            ("batch_size_per_rank", lambda s, v: f"batch {v}"), ("seed", lambda s, v: f"seed {v}"),
+            ("partition", lambda s, v: f"partition {v}"),
+            ("epochs_planned", lambda s, v: f"{v} epoch" + ("" if v == 1 else "s")))
+
+
+def run_labels(runs, labels=None) -> list[str]:
+    """A label per run that says what differs between ``runs`` (dicts of
+    :func:`load_run`, with ``dir``): the algorithm with its options (or the
+    run's ``--label``), the network, the number of ranks, and model, data, lr,
+    batch, seed, partition or epochs when those differ; every run on an
+    emulated network says so. Runs that are still alike get their folder
+    name added. ``labels`` (``plot --labels``) replaces them all.
+
+    Raises:
+        ValueError: ``labels`` of another length than ``runs``.
+    """
+    if labels is not None:
+        if len(labels) != len(runs):
+            raise ValueError(f"--labels gives {len(labels)} label(s) for {len(runs)} run(s): give one per run, "
+                             "comma-separated, in the order the runs are listed")
+        return list(labels)
+
+    def value(r, key):
+        s = r["summary"]
+        if key == "algo_label":
+            return s.get("label") or s.get("algo_spec") or s.get("algo") or r["dir"].name
+        if key == "network":
+            return _network_name(s)
+        if key == "partition":
+            p = s.get("partition")
+            return p.get("spec") if isinstance(p, dict) else p
+        return s.get(key)
+
+    parts = [[] for _ in runs]
+    for key, fmt in _DIFFERS:
+        vals = [value(r, key) for r in runs]
+        differs = len({repr(v) for v in vals}) > 1
+        for i, (r, v) in enumerate(zip(runs, vals)):
+            if v is None:
+                continue
+            if key == "algo_label" or differs or (key == "network" and r["summary"].get("network_emulated")):
+                parts[i].append(fmt(r["summary"], v))
+    out = [", ".join(p) for p in parts]
+    counts = {x: out.count(x) for x in out}
+    out = [f"{x} [{r['dir'].name}]" if counts[x] > 1 else x for x, r in zip(out, runs)]
+    if len(set(out)) < len(out):  # same folder names in different places: the parent too
+        out = [f"{x.rsplit(' [', 1)[0]} [{r['dir'].parent.name}/{r['dir'].name}]" if out.count(x) > 1 else x
+               for x, r in zip(out, runs)]
+    return out
 
 
 def _plt():
@@ -27,57 +127,88 @@ def _plt():
     return plt
 
 
-def _label(summary: dict) -> str:
-    return summary.get("label") or summary["algo"]
+def _save(fig, path) -> None:
+    """Write ``fig`` to ``path`` and close it (tests replace this to inspect the figure)."""
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    _plt().close(fig)
+
+
+def _style(runs, r) -> dict:
+    """Colour (the algorithm's), line style and marker (the run's) of run ``r``."""
+    i = next(j for j, x in enumerate(runs) if x is r)
+    return {"color": algo_color(r["summary"].get("algo", "")), **run_styles(len(runs))[i]}
+
+
+def _legend_beside(ax, fig, **kw) -> None:
+    """A legend to the right of ``ax``, outside it: it never covers a bar or a line."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
 
 
 def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
-    """Two panels: ``metric`` against epoch and against wall-clock seconds."""
+    """Two panels: ``metric`` against epoch (integer ticks) and against wall-clock seconds."""
+    from matplotlib.ticker import MaxNLocator
     plt = _plt()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     for r in runs:
         h = [x for x in r["summary"]["history"] if not x.get("partial")]  # complete epochs only
         if not h or metric not in h[0]:
             continue
-        a.plot([x["epoch"] for x in h], [x[metric] for x in h], marker="o", label=r["name"])
-        b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], marker="o", label=r["name"])
+        st = _style(runs, r)
+        a.plot([x["epoch"] for x in h], [x[metric] for x in h], label=r["name"], **st)
+        b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], label=r["name"], **st)
     a.set_xlabel("epoch")
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_xlabel("wall time (s)")
+    a.set_title(f"{metric.replace('_', ' ')} per epoch")
+    b.set_title(f"{metric.replace('_', ' ')} against wall time")
     for ax in (a, b):
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
     if a.lines:
-        a.legend(fontsize=8)
+        _legend_beside(b, fig)
     else:  # runs stopped (--max-steps) before their first complete epoch
-        a.text(0.5, 0.5, "no complete epoch", ha="center", transform=a.transAxes)
-    emulated = any(r["summary"].get("network_emulated") for r in runs)
-    fig.suptitle(f"{metric.replace('_', ' ')}" + (" (EMULATED network)" if emulated else ""))
+        for ax in (a, b):
+            ax.text(0.5, 0.5, "no complete epoch", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
+
+
+def other_seconds(summary: dict) -> float:
+    """Seconds per step outside every timed phase (data slicing, logging): the
+    summary's ``time_other_s``, or for older summaries the step time minus
+    the phases (0 when the step time is missing)."""
+    if summary.get("time_other_s") is not None:
+        return float(summary["time_other_s"])
+    step = summary.get("step_time_s")
+    return max(0.0, step - sum(summary["time_breakdown"].values())) if step else 0.0
 
 
 def plot_breakdown(runs, path) -> None:
-    """Stacked bars: mean seconds per step in each phase, one bar per run."""
+    """Stacked horizontal bars: mean milliseconds per step in each phase and
+    "other" (the rest of the step), one bar per run (top to bottom in the
+    order given, its label beside it); the legend beside the bars."""
+    import textwrap
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(runs) + 2), 4))
-    names = [r["name"] for r in runs]
-    bottom = [0.0] * len(runs)
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.55 * len(runs)))
+    y = list(range(len(runs)))[::-1]  # the first run on top
+    left = [0.0] * len(runs)
     extra = iter(("#DD8452", "#937860", "#DA8BC3", "#8C8C8C", "#9EDAE5", "#FF9896"))
     for ph in phase_names([r["summary"]["time_breakdown"] for r in runs]):  # every phase any run timed
         vals = [1e3 * r["summary"]["time_breakdown"].get(ph, 0.0) for r in runs]
         if not any(vals) and ph not in _COLORS:
             continue
-        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS.get(ph) or next(extra, None))
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("ms per step (mean over steps and ranks)")
-    emulated = any(r["summary"].get("network_emulated") for r in runs)
-    ax.set_title("timing breakdown" + (" (EMULATED network)" if emulated else ""))
-    ax.legend(fontsize=8)
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+        ax.barh(y, vals, left=left, label=ph, color=_COLORS.get(ph) or next(extra, None))
+        left = [b + v for b, v in zip(left, vals)]
+    other = [1e3 * other_seconds(r["summary"]) for r in runs]
+    if any(other):
+        ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
+    ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
+    ax.set_xlabel("ms per step (mean over steps and ranks)")
+    ax.set_title("timing breakdown per step")
+    ax.grid(axis="x", alpha=0.3)
+    _legend_beside(ax, fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_trace(runs, path, smooth: int = 20) -> None:
@@ -86,7 +217,9 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     import numpy as np
     plt = _plt()
     has_pred = any(r["trace"] and "cos_forecast" in r["trace"][-1] for r in runs)
-    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(14 if has_pred else 6, 4), squeeze=False)
+    n_rows = -(-sum(1 for r in runs if r["trace"]) // 3)
+    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(17 if has_pred else 9, 4.2 + 0.2 * n_rows),
+                             squeeze=False)
     axes = axes[0]
 
     def series(r, key):
@@ -97,48 +230,62 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
             xs = xs[smooth - 1:]
         return xs, ys
 
-    for r in runs:
+    for i, r in enumerate(runs):
         if not r["trace"]:
             continue
-        axes[0].plot(*series(r, "loss"), label=r["name"])
-        if has_pred:
-            axes[1].plot(*series(r, "lambda"), label=r["name"])
-            axes[2].plot(*series(r, "cos_forecast"), label=r["name"])
-    axes[0].set_ylabel(f"training loss ({smooth}-step mean)")
-    if not axes[0].lines:
-        axes[0].text(0.5, 0.5, "no trace.csv", ha="center", transform=axes[0].transAxes)
-    if has_pred:
-        axes[1].set_ylabel("lambda (confidence in history)")
-        axes[2].set_ylabel("cos(forecast, arrived gradient)")
-    for ax in axes:
+        st = _style(runs, r)
+        for ax, key in zip(axes, ("loss", "lambda", "cos_forecast")):
+            xs, ys = series(r, key)
+            if ys:  # markers staggered per run, so overlapping curves stay apart
+                every = max(1, len(xs) // 8)
+                ax.plot(xs, ys, label=r["name"], markevery=(i * every // max(1, len(runs)), every), **st)
+    titles = [("training loss", f"training loss ({smooth}-step mean)"),
+              ("predictor confidence", "lambda (confidence in history)"),
+              ("forecast quality", "cos(forecast, arrived gradient)")]
+    for ax, (title, ylabel) in zip(axes, titles):
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    if axes[0].lines:
-        axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        if ax.lines:
+            pass
+        elif ax is axes[0]:
+            ax.text(0.5, 0.5, "no trace.csv", ha="center", transform=ax.transAxes)
+        else:
+            ax.text(0.5, 0.5, "no run logged this", ha="center", transform=ax.transAxes)
+    # one legend for the three panels (a run has the same colour, line and marker in each), below them
+    handles = {}
+    for ax in axes:
+        for line in ax.lines:
+            handles.setdefault(line.get_label(), line)
+    rows = -(-len(handles) // 3)
+    bottom = (0.25 + 0.2 * rows) / fig.get_figheight() if handles else 0.0  # inches -> figure fraction
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(3, len(handles)), fontsize=8, frameon=False)
+    _save(fig, path)
 
 
 def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
     """Left: the final ``metric`` against the MiB each rank sent during
-    training (mean over ranks; log scale), one labelled point per run.
+    training (mean over ranks; log scale), one point per run (its colour and
+    marker in the legend below: labels next to coinciding points would overlap).
     Right, when runs let ranks hold different weights: the consensus distance
     ``(1/P) sum_i ||w_i - mean w||^2`` against the step (from trace.csv).
     Returns False (and writes nothing) when no run recorded its traffic."""
     plt = _plt()
-    colors = plt.get_cmap("tab10").colors
-    color = {r["name"]: colors[i % len(colors)] for i, r in enumerate(runs)}  # one colour per run, both panels
+    style = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker
     pts = [(sum(r["summary"]["bytes_sent_per_rank"]) / len(r["summary"]["bytes_sent_per_rank"]) / 2**20,
             r["summary"].get(metric), r["name"]) for r in runs if r["summary"].get("bytes_sent_per_rank")]
     pts = [(x, y, n) for x, y, n in pts if x > 0 and y is not None]
     if not pts:
         return False
     from matplotlib.ticker import LogLocator, ScalarFormatter
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2))
+    legend_rows = -(-len(runs) // 3)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2 + 0.2 * legend_rows))
     for x, y, name in pts:
-        a.scatter([x], [y], s=30, color=color[name])
-        a.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        a.scatter([x], [y], s=36, color=style[name]["color"], marker=style[name]["marker"], label=name)
     a.set_xscale("log")
     a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     a.xaxis.set_major_formatter(ScalarFormatter())
@@ -153,8 +300,7 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
         rows = [(int(t["step"]), float(t["consensus_distance"])) for t in r["trace"]
                 if t.get("consensus_distance") not in (None, "") and float(t["consensus_distance"]) > 0]
         if rows:
-            b.plot([s for s, _ in rows], [c for _, c in rows], marker="o", ms=3, color=color[r["name"]],
-                   label=r["name"])
+            b.plot([s for s, _ in rows], [c for _, c in rows], ms=3, label=r["name"], **style[r["name"]])
     if b.lines:
         b.set_yscale("log")
         b.set_xlabel("step (points: every --consensus-every steps; 0 right after an average is left out)",
@@ -162,13 +308,18 @@ def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
         b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
         b.set_title("how far the ranks' models drift apart")
         b.grid(alpha=0.3, which="both")
-        b.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside, not over, the lines
     else:
         b.text(0.5, 0.5, "every run kept its ranks identical", ha="center", transform=b.transAxes)
         b.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    handles = {}  # one legend for both panels, below them
+    for ax in (a, b):
+        for h in [*ax.collections, *ax.lines]:
+            if not h.get_label().startswith("_"):
+                handles.setdefault(h.get_label(), h)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / fig.get_figheight(), 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(handles)), fontsize=8, frameon=False)
+    _save(fig, path)
     return True
 
 
@@ -196,15 +347,22 @@ def plot_topology(top, path) -> None:
     ax.set_aspect("equal")
     ax.set_axis_off()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
-def plot_runs(run_dirs, out_dir) -> list[Path]:
+def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     """All figures for these runs into ``out_dir``; returns the files written.
     A directory without ``summary.json`` stands for the runs in its
-    subdirectories (see :func:`find_runs`)."""
-    runs = [load_run(d) for d in find_runs(run_dirs)]
+    subdirectories (see :func:`find_runs`). Runs are labelled by
+    :func:`run_labels` (``labels``: one per run, to choose them yourself).
+
+    Raises:
+        ValueError: ``labels`` of another length than the runs found.
+    """
+    dirs = find_runs(run_dirs)
+    runs = [{**load_run(d), "dir": Path(d)} for d in dirs]
+    for r, name in zip(runs, run_labels(runs, labels)):
+        r["name"] = name
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "accuracy.png", out / "breakdown.png", out / "trace.png"]
@@ -215,3 +373,82 @@ def plot_runs(run_dirs, out_dir) -> list[Path]:
     if plot_traffic(runs, out / "traffic.png", metric):
         files.append(out / "traffic.png")
     return files
+
+
+def layout_problems(fig) -> list[str]:
+    """What a reader would stumble on in ``fig``, as matplotlib's renderer lays
+    it out (one sentence each; empty when none): texts (titles, axis and tick
+    labels, annotations, legend entries) that overlap each other, that run
+    off the figure, or that lie over another panel's drawing; a legend over
+    bars or boxes of its own panel; and a legend naming one entry twice.
+    Used by the tests on every figure minips and the tutorials draw."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Rectangle
+    fig.canvas.draw()
+    rend = fig.canvas.get_renderer()
+    W, H = fig.bbox.width, fig.bbox.height
+    problems, texts = [], []  # texts: (what, bbox, owner axes or None)
+
+    def add(t, what, owner):
+        if t is None or not t.get_visible() or not t.get_text().strip():
+            return
+        texts.append((f"{what} {t.get_text()!r}", t.get_window_extent(rend), owner))
+
+    def ticks(ax, axis, name):
+        lo, hi = sorted(axis.get_view_interval())
+        for tick in axis.get_major_ticks():
+            if lo - 1e-9 * (hi - lo) <= tick.get_loc() <= hi + 1e-9 * (hi - lo):
+                for lab in (tick.label1, tick.label2):
+                    add(lab, f"{name} tick label", ax)
+
+    if fig._suptitle is not None:
+        add(fig._suptitle, "suptitle", None)
+    legends = [(lg, None) for lg in fig.legends]
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for t, what in ((ax.title, "title"), (ax._left_title, "title"), (ax._right_title, "title"),
+                        (ax.xaxis.label, "x label"), (ax.yaxis.label, "y label")):
+            if ax.axison or what == "title":
+                add(t, what, ax)
+        if ax.axison:
+            ticks(ax, ax.xaxis, "x")
+            ticks(ax, ax.yaxis, "y")
+        for t in ax.texts:
+            add(t, "text", ax)
+        if ax.get_legend() is not None:
+            legends.append((ax.get_legend(), ax))
+    for lg, owner in legends:
+        names = [t.get_text() for t in lg.get_texts()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            problems.append(f"legend names {', '.join(map(repr, dup))} more than once")
+        for t in lg.get_texts():
+            texts.append((f"legend entry {t.get_text()!r}", t.get_window_extent(rend), owner or "figure legend"))
+        if owner is not None:  # over the panel's own bars or boxes?
+            box = lg.get_window_extent(rend)
+            shapes = [p.get_window_extent(rend) for p in owner.patches if isinstance(p, Rectangle)
+                      and p.get_width() and p.get_height()]
+            for c in owner.collections:
+                if isinstance(c, PolyCollection):
+                    shapes += [path.get_extents(c.get_transform()) for path in c.get_paths()]
+            if any(box.overlaps(s) and s.width > 0 and s.height > 0 for s in shapes):
+                problems.append(f"the legend of panel {owner.get_title()!r} covers its bars")
+    for what, bb, _ in texts:
+        if bb.x0 < -1 or bb.y0 < -1 or bb.x1 > W + 1 or bb.y1 > H + 1:
+            problems.append(f"{what} runs off the figure")
+    shrink = 1.0  # touching is fine; overlapping by more than a pixel is not
+
+    def hit(a, b):
+        return (min(a.x1, b.x1) - max(a.x0, b.x0) > shrink) and (min(a.y1, b.y1) - max(a.y0, b.y0) > shrink)
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            if hit(texts[i][1], texts[j][1]):
+                problems.append(f"{texts[i][0]} overlaps {texts[j][0]}")
+    drawn = [ax for ax in fig.axes if ax.get_visible() and (ax.images or ax.lines or ax.patches or ax.collections)]
+    for what, bb, owner in texts:
+        for ax in drawn:
+            if ax is not owner and hit(bb, ax.get_window_extent(rend)) and not np.isclose(bb.width, 0):
+                problems.append(f"{what} lies over another panel ({ax.get_title()!r})")
+    return problems

@@ -4,9 +4,34 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import reference_kernels
 from .timing import PHASES
 
-__all__ = ["summary", "format_breakdown", "format_final"]
+__all__ = ["summary", "format_breakdown", "format_final", "WARMUP_STEPS", "UNITS"]
+
+#: the first steps of a process, left out of the timing means (Numba compiles its
+#: kernels in the first step, a pipeline fills): trace.csv marks them warmup = 1
+WARMUP_STEPS = 5
+
+#: summary.json's "units": what each number measures (also in docs/architecture.md)
+UNITS = {
+    "time_breakdown": "seconds per step in each phase: mean over the steps after the warm-up and over ranks",
+    "time_other_s": "seconds per step outside every phase (data slicing, logging): step_time_s minus the "
+                    "phases' sum",
+    "step_time_s": "seconds per step: mean over the steps after the warm-up, of the slowest rank",
+    "wall_time_s": "seconds from the first step to the end of training (evaluations included)",
+    "images_per_s": "samples per second of the training step alone: samples_per_step / step_time_s "
+                    "(steady state; no evaluation, no warm-up)",
+    "wall_images_per_s": "samples trained (all ranks) / wall_time_s: includes the warm-up, evaluations and "
+                         "the first step's compile",
+    "comm_alone_s": "seconds of one blocking allreduce of the whole gradient with nothing else running "
+                    "(median of 5)",
+    "bytes_sent_per_rank": "bytes each rank sent during the training steps",
+    "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
+    "warmup_steps": "steps left out of the timing means",
+    "test_accuracy": "fraction 0..1",
+    "lr": "base learning rate (before schedule and scaling)",
+}
 
 
 def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float = 0.0) -> dict:
@@ -23,7 +48,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
     rank during the training steps (not evaluation or checkpoints).
     """
     cfg, comm, algo, spec = trainer.cfg, trainer.comm, trainer.algo, trainer.spec
-    skip = min(5, max(0, len(algo.timer.rows) - 1))  # JIT warm-up steps, pipeline fill
+    skip = min(WARMUP_STEPS, max(0, len(algo.timer.rows) - 1))  # JIT warm-up steps, pipeline fill
     local = algo.timer.mean(skip)
     names = sorted(set().union(*comm.allgather(sorted(local))))  # a phase one rank lacks counts 0 there
     breakdown = {k: comm.allreduce_scalar(local.get(k, 0.0)) / comm.size for k in _ordered(names)}
@@ -62,15 +87,18 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "wall_time_s": wall_before + wall,
         "images_per_s": samples_per_step / step_time if step_time else None,
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
-        "time_breakdown": breakdown, "step_time_s": step_time,
+        "time_breakdown": breakdown, "time_other_s": step_time - sum(breakdown.values()),
+        "step_time_s": step_time, "warmup_steps": skip,
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,
         "bytes_sent_per_step": float(np.mean(sent)) / steps_run,
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,
+        "units": UNITS,
     }
     for k, v in last.items():
         if k.startswith(("test_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy", "consensus_distance"):
@@ -93,9 +121,11 @@ def format_breakdown(summary: dict) -> str:
     for k in _ordered(b):
         if k in ("forward", "backward", "wait", "update") or b[k] > 0:
             lines.append(f"  {k:<9}{b[k] * 1e3:9.2f} ms  {100 * b[k] / step:5.1f}%")
-    other = step - sum(b.values())
+    other = summary.get("time_other_s", step - sum(b.values()))
     lines.append(f"  {'other':<9}{other * 1e3:9.2f} ms  {100 * other / step:5.1f}%  (data, logging)")
-    lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s")
+    lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s "
+                 "in the step (all ranks; the whole run, evaluations and warm-up included: "
+                 f"{summary.get('wall_images_per_s') or 0:.0f} images/s)")
     if summary.get("bytes_sent_per_step") is not None and summary.get("world_size", 1) > 1:
         lines.append(f"  sent     {summary['bytes_sent_per_step'] / 2**20:9.3f} MiB per step per rank (mean)")
     if summary.get("overlap_efficiency") is not None:

@@ -31,7 +31,8 @@ import numpy as np
 
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
-           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "METRICS_COLUMNS"]
+           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "METRICS_COLUMNS",
+           "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
@@ -131,6 +132,57 @@ def take_lock(out) -> RunLock:
         return RunLock(lock, replaced)
     raise RunFolderError(f"--out {out}: could not take the lock {lock}; another run keeps replacing it")
 COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
+
+
+#: what train and compare write into a folder (glob patterns): what --overwrite clears
+RUN_FILES = (METRICS, SUMMARY, TRACE, CHECKPOINT, "trace-diverged-rank*.csv", "*.tmp", COMPARE_MD, COMPARE_JSON,
+             "accuracy.png", "breakdown.png", "trace.png", "traffic.png")
+
+
+def run_files(out) -> list[Path]:
+    """The files of an earlier run in folder ``out`` (:data:`RUN_FILES`; for a
+    ``compare`` folder also those of its run subfolders), sorted."""
+    d = Path(out)
+    if not d.is_dir():
+        return []
+    found = {f for pat in RUN_FILES for f in d.glob(pat) if f.is_file()}
+    for sub in d.iterdir():
+        if sub.is_dir() and ((sub / SUMMARY).exists() or (sub / METRICS).exists() or (sub / TRACE).exists()):
+            found.update(f for pat in RUN_FILES for f in sub.glob(pat) if f.is_file())
+    return sorted(found)
+
+
+def check_fresh(out, overwrite: bool = False, resume: bool = False, flag: str = "--out") -> None:
+    """Refuse to write a run into a folder that already holds one: its old
+    ``trace.csv`` (or metrics, figures) would be left beside the new run's
+    files and be read as the new run's (``plot`` would draw both). Allowed
+    with ``overwrite`` (the old files are removed by :func:`clear_run_files`)
+    or ``resume`` (the resumed run rewrites them).
+
+    Raises:
+        FileExistsError: naming the folder, a few of its files and the choices.
+    """
+    if overwrite or resume:
+        return
+    old = run_files(out)
+    if old:
+        shown = ", ".join(str(f.relative_to(out)) for f in old[:4]) + (", ..." if len(old) > 4 else "")
+        raise FileExistsError(f"{flag} {out} already holds a run ({shown}); give a new {flag}, add --overwrite "
+                              "to replace it, or --resume CHECKPOINT to continue it")
+
+
+def clear_run_files(out) -> list[Path]:
+    """Remove the files of an earlier run from ``out`` (:func:`run_files`; other
+    files are left alone), and run subfolders left empty; returns what was removed."""
+    old = run_files(out)
+    for f in old:
+        f.unlink(missing_ok=True)
+    for sub in {f.parent for f in old} - {Path(out)}:
+        try:
+            sub.rmdir()
+        except OSError:  # not empty: something else lives there
+            pass
+    return old
 
 
 def run_folder(out, label: str) -> Path:

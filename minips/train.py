@@ -135,6 +135,23 @@ class Trainer:
                       f"{self.threads} Numba threads per rank may run much slower than 1: "
                       "set NUMBA_NUM_THREADS=1 if steps are slow")
 
+    def _note_oversubscribed(self) -> None:
+        """More ranks on a node than processors they may run on (``mpiexec -n 3``
+        on 2 cores): the ranks take turns, every collective waits for the one
+        that is descheduled, steps are slower and timings say little. Say so,
+        once, on rank 0. Collective. The processors are the union of the node's
+        ranks' affinities (with ``-bind-to core`` each rank sees one core)."""
+        import socket
+        mine = (socket.gethostname(), sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else list(range(os.cpu_count() or 1)))
+        everyone = self.comm.allgather(mine) if self.comm.size > 1 else [mine]
+        here = [cpus for host, cpus in everyone if host == mine[0]]
+        cores = len(set().union(*map(set, here)))
+        if len(here) > cores:
+            self._say(f"note: {len(here)} ranks share {cores} core(s) on this node: they take turns, so each step "
+                      f"waits for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or "
+                      "fewer) for measurements")
+
     def _warn_unseen_classes(self) -> None:
         """With a non-IID partition, say which classes no rank trains on (e.g.
         by-class:2 on 2 ranks covers 4 of 10): a test accuracy near the share of
@@ -159,6 +176,7 @@ class Trainer:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
         out = check_out_dir(cfg.out)  # on every rank, before any work
+        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
         self.build()
         # Rank 0 creates the run folder and takes its lock (which also shows the
         # folder is writable) before any training: the outcome is broadcast so
@@ -169,6 +187,9 @@ class Trainer:
                 lock = rundir.take_lock(out)
             except rundir.RunFolderError as e:
                 error = str(e)
+            # only once the lock is ours: --overwrite must never clear a running run's files
+            if lock is not None and cfg.overwrite and not cfg.resume:  # resuming keeps the checkpoint it reads
+                rundir.clear_run_files(out)
         error = comm.bcast_obj(error)
         if error:
             raise rundir.RunFolderError(error)
@@ -204,6 +225,7 @@ class Trainer:
                 return self._nothing_to_train(out)
         self._check_staleness()
         self._warn_if_busy()
+        self._note_oversubscribed()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "
@@ -310,9 +332,12 @@ class Trainer:
                 samples += sum(self.task.samples(batch) for batch in group)
                 row = None
                 if cfg.trace:
+                    # seconds columns end in _s; warmup = 1: a step of this process's first
+                    # report.WARMUP_STEPS (JIT compile, pipeline fill), left out of summary.json's means
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
                            "step_s": self.step_times[-1], "bytes_sent": self.step_bytes[-1],
-                           **self._last_phases, **self.algo.log}
+                           "warmup": int(len(self.step_times) <= report.WARMUP_STEPS),
+                           **{f"{k}_s": v for k, v in self._last_phases.items()}, **self.algo.log}
                     self.trace_rows.append(row)
                 self.global_step += 1
                 bar.update(1)
@@ -414,7 +439,7 @@ class Trainer:
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
             self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
-        self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train loss "
+        self._say(f"{'partial ' if partial else ''}epoch {epoch + 1}/{self.cfg.epochs}: train_loss "
                   f"{row['train_loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" if k == "consensus_distance"
                                                             else f"{k} {v:.4f}" for k, v in metrics.items())
                   + f", {row['seconds']:.1f} s")

@@ -69,7 +69,7 @@ def test_resume_is_bitwise(tmp_path):
     rows, _ = stop_resume_is_bitwise("d-psgd:topology=exponential", tmp_path, 5, 8)
     # cta: each rank keeps its own gradient step after the (here complete) mix, so the ranks differ
     assert all(float(r["consensus_distance"]) > 0.0 for r in rows)
-    assert all(float(r["post"]) > 0 for r in rows) and "wait" in rows[0]
+    assert all(float(r["post_s"]) > 0 for r in rows) and "wait_s" in rows[0]
 
 
 def _build(spec, P):

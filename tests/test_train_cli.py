@@ -34,7 +34,7 @@ def test_train_writes_metrics_and_summary(tmp_path):
     assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
     assert s["test_accuracy"] > 0.7
     trace = list(csv.DictReader(open(out / "trace.csv")))
-    assert len(trace) == s["steps"] and "wait" in trace[0]
+    assert len(trace) == s["steps"] and "wait_s" in trace[0]  # phase columns in seconds
 
 
 def test_config_file_and_flag_override(tmp_path):
@@ -49,7 +49,7 @@ def test_config_file_and_flag_override(tmp_path):
     # a predictor's options, defaults included, are recorded with the run
     cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync"\nquiet = true\n'
                    '[predictor_options]\nrho = 0.5\n')
-    r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out)])
+    r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out), "--overwrite"])
     assert r.returncode == 0, r.stderr
     opts = json.loads((out / "summary.json").read_text())["predictor_options"]
     assert opts["rho"] == 0.5 and opts["staleness"] == 2
@@ -181,7 +181,7 @@ def test_failed_run_restores_signal_handlers_and_drains():
 
     before = signal.getsignal(signal.SIGTERM)
     t = Trainer(TrainConfig(model="mlp", epochs=1, lr=1e4, momentum=0.99, algo="pseudo-sync", quiet=True,
-                            trace=False, out=str(ROOT / "runs" / "test-nan")))
+                            trace=False, out=str(ROOT / "runs" / "test-nan"), overwrite=True))
     with pytest.raises(FloatingPointError, match="at step"):
         t.run()
     assert signal.getsignal(signal.SIGTERM) is before

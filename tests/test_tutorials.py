@@ -57,7 +57,7 @@ def _env(tmp_path, **extra):
         e.pop(var, None)
     e.update({"MINIPS_TUTORIAL_FAST": "1", "MINIPS_TUTORIAL_OUT": str(tmp_path / "out"),
               "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-              "MPLBACKEND": "Agg"})
+              "MPLBACKEND": "Agg", "MINIPS_CHECK_FIGURES": "1"})
     e.update(extra)
     return e
 

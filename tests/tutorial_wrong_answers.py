@@ -27,7 +27,23 @@ def _w11():
         def backward(self, g):
             return g / (1 + np.exp(self.a))
 
-    return [ForgotChainRule, Derivative]
+    class OffByOne(mp.Function):            # log(2 + e^a): a right backward, a forward 1 off inside
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a) + 1.0
+
+        def backward(self, g):
+            return g / (1 + np.exp(-self.a))
+
+    class Overflows(mp.Function):           # the textbook e^a / (1 + e^a): inf / inf = nan for large a
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            return g * np.exp(self.a) / (1 + np.exp(self.a))
+
+    return [ForgotChainRule, Derivative, OffByOne, Overflows]
 
 
 def _w12():
@@ -111,7 +127,12 @@ def _w41():
         comm.allreduce(x)
         x /= comm.size
         return x
-    return [the_sum, in_place]
+
+    def two_ranks(comm, x):                 # right on the 2 ranks the tests launch, wrong elsewhere
+        out = x.copy()
+        comm.allreduce(out)
+        return out / 2
+    return [the_sum, in_place, two_ranks]
 
 
 def _w42():
@@ -144,7 +165,12 @@ def _w51():
 
     def local_only(comm, grad, weights, optimizer):
         optimizer.apply(0, weights, grad)
-    return [no_mean, local_only]
+
+    def two_ranks(comm, grad, weights, optimizer):   # right on 2 ranks only
+        comm.allreduce(grad)
+        grad *= np.float32(0.5)
+        optimizer.apply(0, weights, grad)
+    return [no_mean, local_only, two_ranks]
 
 
 def _w52():
@@ -178,7 +204,18 @@ def _w61():
                 buckets.append(cur)
                 cur, n = [], 0
         return buckets + ([cur] if cur else [])
-    return [forward_order, elements_not_bytes]
+
+    def closes_past_the_limit(sizes, bucket_mb):   # > instead of >=: a bucket that reaches it exactly stays open
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        buckets, cur, nb = [], [], 0
+        for i in reversed(range(len(sizes))):
+            cur.append(i)
+            nb += 4 * sizes[i]
+            if nb > limit:
+                buckets.append(cur)
+                cur, nb = [], 0
+        return buckets + ([cur] if cur else [])
+    return [forward_order, elements_not_bytes, closes_past_the_limit]
 
 
 def _w62():

@@ -35,12 +35,13 @@
 import inspect
 import time
 
+from _common import FAST, exercise, out_dir, pick, show  # first: it sets the thread counts before Numba loads
+
 import matplotlib.pyplot as plt
 import numpy as np
 from numba import njit
 
 import minips as mp
-from _common import FAST, exercise, out_dir, pick, show
 from minips import nn
 from minips.bench.kernels import time_call
 from minips.gradcheck import gradcheck

@@ -171,7 +171,8 @@ sgd_momentum = exercise("3.2", sgd_momentum)
 
 # %%
 cfg = TrainConfig(model="convnet", data="fashion-mnist-mini", algo="sync", epochs=2, batch_size=64,
-                  max_steps=pick(0, 12), out=str(OUT / "convnet"), seed=0)
+                  max_steps=pick(0, 12), out=str(OUT / "convnet"), seed=0,
+                  overwrite=True)  # rerunning this step replaces its run
 print({k: getattr(cfg, k) for k in ("batch_size", "lr", "momentum", "nesterov", "weight_decay", "schedule")})
 trainer = Trainer(cfg)
 summary = trainer.run()
@@ -184,8 +185,11 @@ summary = trainer.run()
 # the input). From step 5 on, `wait` will appear.
 #
 # The run directory holds `metrics.csv` (one row per epoch), `summary.json` (the final
-# numbers, e.g. `test_accuracy`, `images_per_s`, `time_breakdown`) and `trace.csv` (one row
-# per step). Let us plot the per-step training loss of both models.
+# numbers, e.g. `test_accuracy`, `time_breakdown`; its `units` table says what each one
+# measures: `images_per_s` is the training step's throughput, `wall_images_per_s` the whole
+# run's, evaluations and compile time included) and `trace.csv` (one row per step; the
+# phase columns end in `_s`, seconds, and `warmup = 1` marks the first steps, which include
+# Numba's compile time). Let us plot the per-step training loss of both models.
 
 # %%
 with open(OUT / "convnet" / "trace.csv") as f:
@@ -225,7 +229,7 @@ with mp.no_grad():
     pred = cnn(mp.Tensor(ds.test_x[:500])).data.argmax(axis=1)
 cnn.train()
 wrong = np.flatnonzero(pred != ds.test_y[:500])[:12]
-fig, axes = plt.subplots(2, 6, figsize=(10, 3.8))
+fig, axes = plt.subplots(2, 6, figsize=(10, 4.6), gridspec_kw={"hspace": 0.6})  # room for two-line titles
 for ax, i in zip(axes.flat, wrong):
     ax.imshow(ds.test_x[i, 0], cmap="gray_r")
     ax.set_title(f"{ds.class_names[pred[i]]}\n(is {ds.class_names[ds.test_y[i]]})", fontsize=7)

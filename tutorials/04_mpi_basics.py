@@ -233,14 +233,15 @@ if comm.rank == 0:
         ax.broken_barh([(r["post"] * 1e3, (r["complete"] - r["post"]) * 1e3)], (y, 0.8), color="#C44E52")
         ax.broken_barh([(r["wait"][0] * 1e3, (r["wait"][1] - r["wait"][0]) * 1e3)], (y + 1, 0.8),
                        color="#DDDDDD", hatch="///")
-        ax.text(-2, y + 0.9, r["mode"], ha="right", va="center")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color="#4C72B0", label="compute"), Patch(color="#C44E52", label="allreduce in flight"),
-                       Patch(facecolor="#DDDDDD", hatch="///", label="blocked in wait")], loc="lower right", fontsize=8)
-    ax.set_yticks([])
+                       Patch(facecolor="#DDDDDD", hatch="///", label="blocked in wait")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars, not over them
+    ax.set_yticks([3 * (len(runs) - 1 - i) + 0.9 for i in range(len(runs))], [r["mode"] for r in runs])
+    ax.tick_params(axis="y", length=0)
     ax.set_xlabel("milliseconds since the Iallreduce was posted (rank 0)")
     ax.set_title(f"one {nbytes >> 20} MB Iallreduce during compute, per progress mode")
-    ax.set_xlim(left=-12)
+    ax.set_xlim(left=0)
     show(fig, OUT / "progress_timeline.png")
 
 # %% [markdown]

@@ -206,7 +206,8 @@ sync_step = exercise("5.1", sync_step, comm=comm)
 def short_run(model, network, steps):
     label = f"{model}, {network or 'shared memory'}"
     cfg = TrainConfig(model=model, algo="sync", epochs=1, max_steps=steps, batch_size=32, network=network,
-                      out=str(OUT / f"{model}-{network or 'real'}"), quiet=True, label=label)
+                      out=str(OUT / f"{model}-{network or 'real'}"), quiet=True, label=label,
+                      overwrite=True)
     s = Trainer(cfg).run()
     b = s["time_breakdown"]
     say(f"{label:28s} step {1e3 * s['step_time_s']:7.1f} ms = compute {1e3 * (b['forward'] + b['backward']):6.1f} ms "
@@ -221,21 +222,20 @@ for model, n in (("mlp", pick(40, 8)), ("convnet", pick(20, 6))):
 
 # %%
 if comm.rank == 0:
+    from minips.plots import PHASE_COLORS  # the phases' colours in every minips figure
     from minips.timing import PHASES
 
-    colors = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
-              "predict": "#CCB974", "update": "#64B5CD"}
-    fig, ax = plt.subplots(figsize=(8, 4))
-    names = [s["label"] for s in summaries]
-    bottom = np.zeros(len(summaries))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    y = np.arange(len(summaries))[::-1]  # one bar per run, first on top
+    left = np.zeros(len(summaries))
     for ph in PHASES:
         vals = np.array([1e3 * s["time_breakdown"][ph] for s in summaries])
-        ax.bar(names, vals, bottom=bottom, label=ph, color=colors[ph])
-        bottom += vals
-    ax.set_ylabel("ms per step (mean over steps and ranks)")
+        ax.barh(y, vals, left=left, label=ph, color=PHASE_COLORS[ph])
+        left += vals
+    ax.set_yticks(y, [s["label"] for s in summaries])
+    ax.set_xlabel("ms per step (mean over steps and ranks)")
     ax.set_title(f"sync SGD on {P} ranks: where a step's time goes (1gbe, 10gbe: EMULATED)")
-    ax.legend(fontsize=8)
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     show(fig, OUT / "sync_breakdown.png")
 
 # %% [markdown]

@@ -211,12 +211,14 @@ if comm.rank == 0:
             ax.broken_barh([(1e3 * s, 1e3 * (e - s))], (y + 0.1 + 0.45 * (j % 2), 0.4), color="#C44E52",
                            label="bucket Iallreduce" if i == 1 and j == 0 else None)
             ax.text(1e3 * e, y + 0.3 + 0.45 * (j % 2), f" {nb / 2**20:.2f} MB", fontsize=7, va="center")
-        ax.text(-1, y + 1, tl["label"], ha="right", va="center", fontsize=9)
-    ax.set_yticks([])
-    ax.set_xlim(left=-0.35 * max(tl["total"] for tl in timelines) * 1e3)
+    # each row named on the y axis, so the time axis starts at 0 ms
+    ax.set_yticks([3 * (len(timelines) - 1 - i) + 1 for i in range(len(timelines))],
+                  [tl["label"] for tl in timelines], fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlim(0, 1.15 * 1e3 * max(max([tl["total"], *(e for _, e, _ in tl["requests"])]) for tl in timelines))
     ax.set_xlabel("milliseconds from the start of the step (rank 0)")
     ax.set_title(f"one training step, EMULATED 1 GbE, {P} ranks")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars, not over them
     show(fig, OUT / "overlap_timeline.png")
 
 # %% [markdown]
@@ -253,7 +255,7 @@ for algo_name, bucket in (("sync", None), ("overlap-sync", 0.0), ("overlap-sync"
         f"{algo_name}, one bucket"
     cfg = TrainConfig(model="convnet", algo=algo_name, bucket_mb=1.0 if bucket is None else bucket, epochs=1,
                       max_steps=pick(30, 6), batch_size=32, network="1gbe", quiet=True, label=label,
-                      out=str(OUT / label.replace(", ", "-").replace(" ", "")))
+                      out=str(OUT / label.replace(", ", "-").replace(" ", "")), overwrite=True)
     s = Trainer(cfg).run()
     rows.append(s)
     eff = s["overlap_efficiency"]
@@ -261,16 +263,17 @@ for algo_name, bucket in (("sync", None), ("overlap-sync", 0.0), ("overlap-sync"
         f"overlap efficiency {'n/a (one rank)' if eff is None else f'{eff:.2f}'}")
 
 if comm.rank == 0 and rows[0]["overlap_efficiency"] is not None:
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    labels = [s["label"] for s in rows]
-    ax.bar(labels, [1e3 * s["step_time_s"] for s in rows], color="#4C72B0", label="step time")
-    ax.bar(labels, [1e3 * s["time_breakdown"]["wait"] for s in rows], color="#C44E52", label="of which wait")
-    for i, s in enumerate(rows):
-        ax.text(i, 1e3 * s["step_time_s"], f"eff. {s['overlap_efficiency']:.2f}", ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("ms per step (mean)")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    y = np.arange(len(rows))[::-1]  # one row per run, first on top; horizontal: the labels have room
+    ax.barh(y, [1e3 * s["step_time_s"] for s in rows], color="#4C72B0", label="step time")
+    ax.barh(y, [1e3 * s["time_breakdown"]["wait"] for s in rows], color="#C44E52", label="of which wait")
+    for yi, s in zip(y, rows):
+        ax.text(1e3 * s["step_time_s"], yi, f" eff. {s['overlap_efficiency']:.2f}", va="center", fontsize=8)
+    ax.set_yticks(y, [s["label"] for s in rows])
+    ax.set_xlim(0, 1.2e3 * max(s["step_time_s"] for s in rows))  # room for the efficiency labels
+    ax.set_xlabel("ms per step (mean)")
     ax.set_title("ConvNet, 2 ranks, EMULATED 1 GbE")
-    ax.legend(fontsize=8)
-    plt.setp(ax.get_xticklabels(), rotation=15, ha="right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     show(fig, OUT / "overlap_efficiency.png")
 
 # %% [markdown]

@@ -161,10 +161,13 @@ if comm.rank == 0:
         else:
             ax.text(1e3 * tl["steps"][0][1], y + 0.5, " (blocking allreduce inside step(): hatched)", fontsize=8,
                     va="center")
-        ax.text(-2, y + 1, tl["label"], ha="right", va="center", fontsize=9)
-    ax.set_yticks([])
-    ax.set_xlim(left=-0.3 * 1e3 * max(tl["steps"][-1][2] for tl in tls))
-    ax.set_xlabel("milliseconds (rank 0); green: forward + backward, hatched: in step(), red: Iallreduce of step j's gradient gj")
+    # each row named on the y axis, so the time axis starts at 0 ms
+    ax.set_yticks([3 * (len(tls) - 1 - i) + 1 for i in range(len(tls))], [tl["label"] for tl in tls], fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    ends = [tl["steps"][-1][2] for tl in tls] + [e for tl in tls for _, e in tl["requests"]]
+    ax.set_xlim(0, 1.08 * 1e3 * max(ends))
+    ax.set_xlabel("milliseconds (rank 0); green: forward + backward, hatched: in step(),\n"
+                  "red: Iallreduce of step j's gradient gj")
     ax.set_title(f"ConvNet, {P} ranks, EMULATED 1 GbE: three consecutive steps")
     show(fig, OUT / "pseudo_sync_timeline.png")
 
@@ -271,7 +274,7 @@ for algo_name, k in (("sync", None), ("pseudo-sync", 1), ("pseudo-sync", 2)):
     label = algo_name if k is None else f"pseudo-sync:last:{k}"
     cfg = TrainConfig(model="convnet", algo=algo_name, predictor="last", staleness=k or 1, epochs=1, batch_size=32,
                       max_steps=pick(0, 6), network="1gbe", quiet=True, label=label,
-                      out=str(OUT / label.replace(":", "-")))
+                      out=str(OUT / label.replace(":", "-")), overwrite=True)
     s = Trainer(cfg).run()
     results.append(s)
     b = s["time_breakdown"]

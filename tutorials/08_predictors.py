@@ -299,6 +299,12 @@ show(fig, OUT / "predictors_lab.png")
 # Try it: change `rho`, `h_max` or `lambda0` through `predictor_options` (they are the
 # keyword arguments of `AdaptivePredictor`), or use `LeastSquares(rotate=True)`.
 #
+# To change the *rule* itself, edit its readable code: steps 1-2 are `aesp_step` in
+# `kernels/reference.py`, step 3 is `_update_confidence` above. By default steps 1-2 run as
+# a fused Numba kernel compiled from a copy of that code, so **set `MINIPS_REFERENCE_KERNELS=1`**
+# (in the shell before running this step, or `train --reference-kernels`): then the readable
+# NumPy code runs and your edit changes the curves.
+#
 # ## 6. On a real network: `compare`
 #
 # Finally the ConvNet on 2 ranks, one epoch, staleness k = 2 to make the stale gradient
@@ -310,7 +316,8 @@ show(fig, OUT / "predictors_lab.png")
 cmp_dir = OUT / "compare"
 fast_args = ["--max-steps", "8"] if FAST else []
 mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir, "--quiet",
+            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir,
+            "--overwrite", "--quiet",
             *fast_args])
 
 # %% [markdown]
@@ -329,7 +336,8 @@ config.write_text('label = "pseudo-sync:adaptive:2, lambda0=1, h_max=50"\n\n'
 print(config.read_text())
 l1_dir = OUT / "adaptive-lambda1"
 mpiexec(2, ["-m", "minips", "train", "--config", config, "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l1_dir, "--quiet",
+            "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l1_dir,
+            "--overwrite", "--quiet",
             *fast_args], quiet=True)
 
 # %%
@@ -344,9 +352,11 @@ def trace_column(run_dir, key):
         return [float(r[key]) for r in csv.DictReader(f) if r.get(key)]
 
 
+from minips.plots import algo_color  # noqa: E402
+
 fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
 a.barh([s["label"] for s in summaries], [s["test_accuracy"] for s in summaries],
-       color=["#4C72B0", "#C44E52", "#55A868", "#8172B2"][-len(summaries):])
+       color=[algo_color(s["algo"]) for s in summaries])  # each algorithm's colour in every minips figure
 a.invert_yaxis()
 a.set_xlim(0, 1)
 a.set_xlabel("test accuracy after 1 epoch")

@@ -226,7 +226,7 @@ runs = {}
 for algo in ("sync", "pseudo-sync"):
     cfg = TrainConfig(model="captioner", data="moving-fmnist-captions", algo=algo, predictor="adaptive",
                       epochs=1, max_steps=steps, batch_size=32, network="1gbe", quiet=True,
-                      out=str(OUT / algo))
+                      out=str(OUT / algo), overwrite=True)
     trainer = Trainer(cfg)
     s = trainer.run()
     runs[algo] = (s, trainer)

@@ -104,13 +104,14 @@ print(f"your fit: alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B; "
 # %%
 steps = pick(40, 8)
 common = ["--model", "convnet", "--batch-size", 32, "--epochs", 1, "--max-steps", steps, "--quiet"]
-minips_cli(["compare", "--algos", "sync", "--out", OUT / "p1", *common], env={"NUMBA_NUM_THREADS": "1",
+minips_cli(["compare", "--algos", "sync", "--out", OUT / "p1", "--overwrite", *common], env={"NUMBA_NUM_THREADS": "1",
                                                                              "OPENBLAS_NUM_THREADS": "1"})
 networks = pick(("real", "1gbe"), ("1gbe",))
 for net in networks:
     mpiexec(2, ["-m", "minips", "compare", "--algos", pick("sync,overlap-sync,pseudo-sync:adaptive",
                                                            "sync,pseudo-sync:adaptive"),
-                "--out", OUT / f"p2-{net}", *common, *([] if net == "real" else ["--network", net])], quiet=True)
+                "--out", OUT / f"p2-{net}", "--overwrite", *common,
+                *([] if net == "real" else ["--network", net])], quiet=True)
 p1 = json.loads((OUT / "p1" / "compare.json").read_text())[0]
 p2 = {net: json.loads((OUT / f"p2-{net}" / "compare.json").read_text()) for net in networks}
 t_c = p1["time_breakdown"]["forward"] + p1["time_breakdown"]["backward"]
@@ -248,7 +249,7 @@ print((ROOT / "examples" / "slurm_pseudo_sync.sh").read_text())
 ckpt_dir = OUT / "resume"
 args = ["-m", "minips", "train", "--model", "mlp", "--epochs", 1, "--out", ckpt_dir, "--quiet",
         "--checkpoint-every", pick(20, 4)]
-mpiexec(2, [*args, "--max-steps", pick(20, 4)], quiet=True)
+mpiexec(2, [*args, "--max-steps", pick(20, 4), "--overwrite"], quiet=True)
 out = mpiexec(2, [*args, "--max-steps", pick(40, 8), "--resume", ckpt_dir / "checkpoint.h5"], quiet=True)
 summary = json.loads((ckpt_dir / "summary.json").read_text())
 print(f"resumed run ended at step {summary['steps']} (algorithm {summary['algo']}, predictor {summary['predictor']})")

@@ -13,6 +13,8 @@ the chores that every step shares:
   so, unless ``MINIPS_TUTORIAL_SOLUTIONS=1`` (on by default in fast mode): then
   it uses the reference solution from ``tutorials/solutions/`` so the rest of
   the step can run.
+- **Figures.** With ``MINIPS_CHECK_FIGURES=1`` (the tests set it), :func:`show`
+  refuses a figure whose texts overlap or run off it (``minips.plots.layout_problems``).
 - **Outputs.** Every step writes its runs and figures under
   ``runs/tutorials/<step>/`` in the repository (``MINIPS_TUTORIAL_OUT``
   changes the root). :func:`show` saves a figure there as a PNG and, inside
@@ -57,6 +59,7 @@ if not IN_NOTEBOOK:
 
 _THREAD_VARS = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _threadpool_limit = None
+_CHILD_ENV: dict = {}  # extra environment of the commands the steps start
 
 
 def _one_thread_on_a_busy_machine() -> None:
@@ -78,10 +81,16 @@ def _one_thread_on_a_busy_machine() -> None:
     load = os.getloadavg()[0]
     if cores // ranks_here <= 1 or load < cores:
         return
+    numba_loaded = "numba" in sys.modules
     for v in _THREAD_VARS:
-        os.environ[v] = "1"           # for this process (minips reads it) and the commands it starts
-    if "numba" in sys.modules:
-        sys.modules["numba"].set_num_threads(1)
+        # For this process (minips reads it) and the commands it starts. Not NUMBA_NUM_THREADS once
+        # Numba is imported: Numba re-reads it at every compile and refuses a value other than the
+        # one it started its threads with ("Cannot set NUMBA_NUM_THREADS to a different value ...").
+        if not (numba_loaded and v == "NUMBA_NUM_THREADS"):
+            os.environ[v] = "1"
+    _CHILD_ENV.update({v: "1" for v in _THREAD_VARS})  # commands started by mpiexec()/minips_cli()
+    if numba_loaded:
+        sys.modules["numba"].set_num_threads(1)  # the same effect, at run time
     try:
         from threadpoolctl import threadpool_limits
         _threadpool_limit = threadpool_limits(1)
@@ -116,12 +125,12 @@ def mpi_setup(network=None, progress: str = "poll"):
     _comm = get_comm(network, progress)
     if _comm.size > 1 and not IN_NOTEBOOK:
         def hook(etype, value, tb):
-            if issubclass(etype, ExerciseNotDone):  # every rank stops at the same exercise
-                if _comm.rank == 0:
+            if issubclass(etype, (ExerciseNotDone, ExerciseWrong)):  # every rank stops at the same exercise
+                if _comm.rank == 0 and issubclass(etype, ExerciseNotDone):  # ExerciseWrong printed already
                     print(f"\n{value}", file=sys.stderr, flush=True)
                 if _all_ranks_arrive(timeout=20.0):
                     return           # a normal exit with status 1: the output is not cut off
-                _comm.abort("stopped at an exercise that is not done yet", code=1)
+                _comm.abort("stopped at an exercise that is not done yet or not right", code=1)
             sys.__excepthook__(etype, value, tb)
             if not issubclass(etype, (KeyboardInterrupt, SystemExit)):
                 abort_on_exception(_comm, value)
@@ -147,6 +156,8 @@ def _exercise_stop_hook(etype, value, tb):
     if issubclass(etype, ExerciseNotDone):
         print(f"\n{value}", file=sys.stderr, flush=True)
         return
+    if issubclass(etype, ExerciseWrong):  # printed by exercise() already; exit status 1
+        return
     sys.__excepthook__(etype, value, tb)
 
 
@@ -169,7 +180,7 @@ def require_ranks(comm, n: int, script: str) -> None:
     if comm.size >= n:
         return
     say(f"NOTE: this step is an MPI program and is running on {comm.size} process(es); "
-        f"it is meant for {n}.\n      Run it as:  mpiexec -n {n} python tutorials/{script}"
+        f"it is meant for {n}.\n      Run it as:  mpiexec -n {n} python {_rel(HERE / script)}"
         + (f"\n      (in a notebook cell: !mpiexec -n {n} python {script})" if IN_NOTEBOOK else "")
         + "\n      On one process every collective is trivial, but the step still runs.")
 
@@ -189,6 +200,7 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     e = dict(os.environ)
     for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
         e.pop(var, None)  # a fresh job, not a child of ours
+    e.update(_CHILD_ENV)
     e.update(env or {})
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=e)
@@ -214,6 +226,7 @@ def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict 
     t0 = time.perf_counter()
     e = dict(os.environ)
     e["MINIPS_MPI"] = "0"
+    e.update(_CHILD_ENV)
     e.update(env or {})
     p = subprocess.run([sys.executable, "-m", "minips", *map(str, args)], cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout, env=e)
@@ -241,6 +254,11 @@ def show(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
+    if _flag("MINIPS_CHECK_FIGURES"):  # the tests: no overlapping or cut-off text, no repeated legend entry
+        from minips.plots import layout_problems
+        problems = layout_problems(fig)
+        if problems:
+            raise AssertionError(f"figure {path.name}: " + "; ".join(problems))
     fig.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
     if IN_NOTEBOOK:
@@ -260,8 +278,11 @@ def show_png(path) -> None:
 
 
 def _rel(p: Path) -> str:
+    """``p`` as the user can type it where they run the step: relative to the
+    current directory when it is below it, else absolute."""
+    p = Path(p).resolve()
     try:
-        return str(p.resolve().relative_to(ROOT))
+        return str(p.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p)
 
@@ -269,6 +290,34 @@ def _rel(p: Path) -> str:
 # --- exercises ---------------------------------------------------------------------------------
 class ExerciseNotDone(NotImplementedError):
     """An exercise still holds its placeholder."""
+
+
+class ExerciseWrong(AssertionError):
+    """An answer failed its check; the message has been printed once (by rank 0)."""
+
+
+def _check_once(exercise_id, ex, answer, context) -> None:
+    """Run the check; a failure is printed once, not once per rank: under MPI
+    the ranks compare their outcomes (the checks are collective, so every rank
+    gets here) and rank 0 prints each distinct message, then every rank stops."""
+    try:
+        ex.check(answer, **context)
+        failure = None
+    except AssertionError as e:
+        failure = str(e)
+    comm = context.get("comm")
+    failures = comm.allgather(failure) if comm is not None and comm.size > 1 else [failure]
+    if not any(f is not None for f in failures):
+        return
+    lines, seen = [], set()
+    for r, f in enumerate(failures):
+        if f is not None and f not in seen:
+            seen.add(f)
+            lines.append(f if len(failures) == 1 or len(set(failures)) == 1 else f"(rank {r}) {f}")
+    msg = f"Exercise {exercise_id} is not right yet: " + "\n".join(lines)
+    if rank() == 0:
+        print(f"\n{msg}", file=sys.stderr, flush=True)
+    raise ExerciseWrong(msg)
 
 
 def solution(exercise_id: str):
@@ -305,12 +354,12 @@ def exercise(exercise_id: str, answer, **context):
 
     ex = checks.EXERCISES[exercise_id]
     try:
-        ex.check(answer, **context)
+        _check_once(exercise_id, ex, answer, context)
     except NotImplementedError:
-        sol_file = f"tutorials/solutions/{ex.step}.py"
+        sol_file = _rel(HERE / "solutions" / f"{ex.step}.py")
         if not SOLUTIONS:
             where = ("the cell above; then run both cells again" if IN_NOTEBOOK else
-                     f"tutorials/{ex.step}.py; then run the step again")
+                     f"{_rel(HERE / (ex.step + '.py'))}; then run the step again")
             raise ExerciseNotDone(
                 f"Exercise {exercise_id} is not done yet: replace the `raise NotImplementedError` in "
                 f"`{ex.name}` with your code ({where}).\n"

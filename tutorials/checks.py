@@ -37,14 +37,27 @@ def register(exercise_id: str, step: str, name: str, praise: str = "", mpi: bool
     return deco
 
 
+def _plain(v):
+    """``v`` for a message: NumPy scalars, arrays and containers of them as plain
+    Python numbers and lists (``0.5``, not ``np.float64(0.5)``)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    return v
+
+
 def _close(got, want, what: str, rtol=1e-6, atol=1e-8, hint: str = ""):
     got = np.asarray(got)
     want = np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}. {hint}".rstrip()
     if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=False):
-        i = np.unravel_index(np.argmax(np.abs(got - want)), want.shape) if want.shape else ()
-        raise AssertionError(f"{what}: at index {tuple(int(v) for v in i)} got {got[i]!r}, expected "
-                             f"{want[i]!r}. {hint}".rstrip())
+        excess = np.abs(got - want) - atol - rtol * np.abs(want)  # the worst element out of tolerance
+        i = np.unravel_index(np.argmax(np.nan_to_num(excess, nan=np.inf)), want.shape) if want.shape else ()
+        raise AssertionError(f"{what}: at index {tuple(int(v) for v in i)} got {_plain(got[i])!r}, expected "
+                             f"{_plain(want[i])!r}. {hint}".rstrip())
 
 
 # =============================================================================
@@ -74,6 +87,24 @@ def check_softplus(Softplus):
     t = mp.tensor(np.array([0.0]), requires_grad=True)
     Softplus.apply(t).sum().backward()
     _close(t.grad, [0.5], "d softplus/da at a = 0", hint="it should be sigmoid(0) = 0.5")
+    # the forward itself (gradcheck cannot see a constant added to it), large |a| included
+    a = np.array([-800.0, -40.0, -1.5, 0.0, 0.7, 40.0, 800.0])
+    with np.errstate(all="ignore"):
+        y = Softplus.apply(mp.tensor(a)).data
+    _close(y, np.logaddexp(0.0, a), "softplus(a)", rtol=1e-12, atol=1e-12,
+           hint="Hint: log(1 + e^a); np.logaddexp(0, a) computes it without overflow for large a.")
+    # the backward where the textbook form overflows: e^800 is inf in float64, and inf/inf is nan
+    t = mp.tensor(a, requires_grad=True)
+    with np.errstate(all="ignore"):
+        Softplus.apply(t).sum().backward()
+    with np.errstate(all="ignore"):  # the sigmoid from exp(-|a|): never overflows, exact in the tails
+        want = np.where(a >= 0, 1 / (1 + np.exp(-a)), np.exp(a) / (1 + np.exp(a)))
+    assert np.all(np.isfinite(t.grad)), (
+        f"d softplus/da at a = {_plain(a[~np.isfinite(t.grad)])} is {_plain(t.grad[~np.isfinite(t.grad)])}: "
+        "e^a / (1 + e^a) overflows for large a (inf / inf = nan). Hint: write the sigmoid as 1 / (1 + e^-a), "
+        "or 0.5 * tanh(a / 2) + 0.5, which stay finite.")
+    _close(t.grad, want, "d softplus/da at large |a|", rtol=1e-9, atol=1e-300,
+           hint="Hint: the derivative tends to 1 for large a and to 0 for very negative a.")
 
 
 @register("1.2", S01, "predicted_grad", "gradients add up: 2*x from the first backward, 3 from the second.")
@@ -123,7 +154,7 @@ def check_convnet_num_parameters(convnet_num_parameters):
                  (1, (30, 22), 7, (8, 12), 20)]:
         got = convnet_num_parameters(*args)
         want = ConvNet(args[0], args[1], args[2], widths=args[3], hidden=args[4]).num_parameters()
-        assert got == want, (f"convnet_num_parameters{args} = {got}, but ConvNet{args} has {want} parameters. "
+        assert got == want, (f"convnet_num_parameters{args} = {_plain(got)}, but ConvNet{args} has {want} parameters. "
                              "Hint: a KxCxRxS convolution has K*C*R*S weights and K biases; each 2x2 pooling "
                              "halves H and W, rounding down.")
 
@@ -160,7 +191,7 @@ def check_accuracy(accuracy):
                     "And are all batches counted, including the last short one?")
         elif got > 1:
             hint = " Hint: return a fraction (correct / total), not a count."
-        raise AssertionError(f"accuracy = {got}, expected {want}.{hint}")
+        raise AssertionError(f"accuracy = {_plain(got)}, expected {want}.{hint}")
 
 
 @register("3.2", S03, "sgd_momentum", "this is SGD.apply without weight decay and Nesterov.")
@@ -194,6 +225,26 @@ def check_sgd_momentum(sgd_momentum):
 S04 = "04_mpi_basics"
 
 
+class _VirtualComm:
+    """A stand-in for a Comm of ``size`` ranks in one process: ``allreduce(buf)``
+    adds what the other (virtual) ranks hold, in place, like the real one. The
+    checks run answers on it too, so that one that divides by 2 instead of
+    ``comm.size`` fails even when the tests launch 2 ranks."""
+
+    def __init__(self, others):
+        self.others = [np.asarray(o) for o in others]
+        self.size, self.rank = len(others) + 1, 0
+
+    def allreduce(self, buf, op="sum"):
+        assert op == "sum", f"this check's communicator only sums (got op={op!r})"
+        buf += sum(o.astype(buf.dtype) for o in self.others)
+        return 0.0
+
+    def __getattr__(self, name):
+        raise AssertionError(f"your answer called comm.{name}; comm.allreduce (in place, a sum) and comm.size are "
+                             "all it needs")
+
+
 @register("4.1", S04, "allreduce_mean", "that is the gradient averaging of step 5.", mpi=True)
 def check_allreduce_mean(allreduce_mean, comm):
     rng = np.random.default_rng(41 + comm.rank)
@@ -207,6 +258,10 @@ def check_allreduce_mean(allreduce_mean, comm):
                                          "so allreduce a copy (x.copy())")
     _close(got, want, f"mean over {comm.size} ranks (rank {comm.rank})", rtol=1e-5, atol=1e-6,
            hint="Hint: allreduce gives the SUM; divide by comm.size.")
+    others = [rng.standard_normal(7).astype(np.float32) for _ in range(2)]  # a job of 3 ranks, simulated
+    got = allreduce_mean(_VirtualComm(others), x.copy())
+    _close(got, (x + others[0] + others[1]) / 3, "mean over 3 ranks (a simulated communicator)", rtol=1e-5,
+           atol=1e-6, hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
 
 
 class _SpyComm:
@@ -310,6 +365,14 @@ def check_sync_step(sync_step, comm):
                 "optimizer.apply(0, weights, grad).")
     for r, w in enumerate(replicas):
         _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
+    # on a simulated job of 3 ranks: one plain SGD step (lr 0.1, no momentum) with the mean of 3 gradients
+    rng = np.random.default_rng(51)
+    g, w0, *others = (rng.standard_normal(6).astype(np.float32) for _ in range(4))
+    w = w0.copy()
+    sync_step(_VirtualComm(others), g.copy(), w, SGD([mp.nn.Parameter(w.copy())], lr=0.1, momentum=0.0))
+    _close(w, w0 - np.float32(0.1) * (g + others[0] + others[1]) / 3, "weights after one step on 3 ranks "
+           "(a simulated communicator)", rtol=1e-5, atol=1e-6,
+           hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
 
 
 @register("5.2", S05, "ring_allreduce_seconds", "this is minips.distributed.costmodel.ring_allreduce_time.")
@@ -321,7 +384,7 @@ def check_ring_allreduce_seconds(ring_allreduce_seconds):
         got = ring_allreduce_seconds(nbytes, P, alpha, beta)
         want = ring_allreduce_time(nbytes, P, alpha, beta)
         assert got is not None and abs(got - want) <= 1e-12 + 1e-9 * want, (
-            f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {got}, expected "
+            f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {_plain(got)}, expected "
             f"{want:.6g}. Hint: 2(P-1) latencies and 2(P-1)/P * n bytes per rank (reduce-scatter + allgather); "
             "0 for P = 1.")
 
@@ -339,6 +402,8 @@ def check_bucket_plan(bucket_plan):
     from minips.models import ConvNet
 
     cases = [([100, 10, 300, 5], 0.0), ([100, 10, 300, 5], 1e-6), ([2**18, 3, 2**18, 7, 2**16], 1.0),
+             ([256] * 4, 2048 / 2**20),  # two parameters fill a bucket exactly: it closes there
+             ([2**18] * 3, 1.0),         # each parameter is exactly 1 MiB
              ([1000] * 7, 0.008), ([p.size for p in ConvNet().parameters()], 0.05),
              ([p.size for p in ConvNet().parameters()], 0.25)]
     for sizes, mb in cases:
@@ -371,7 +436,7 @@ def check_gradient_ready_order(gradient_ready_order):
         model.zero_grad()
         got = gradient_ready_order(model, batch)
         assert got is not None, "gradient_ready_order returned None; return the list of names"
-        assert list(got) == order, f"order {got}, expected {order}"
+        assert list(got) == order, f"order {_plain(list(got))}, expected {order}"
         leftover = [n for n, p in model.named_parameters() if p._hooks]
         assert not leftover, f"hooks are still registered on {leftover}: remove them with handle.remove()"
 
@@ -410,7 +475,7 @@ def check_predicted_step_time(predicted_step_time):
         for algo, want in (("sync", tc + tm), ("pseudo-sync", max(tc, tm))):
             got = predicted_step_time(tc, tm, algo)
             assert got is not None and abs(got - want) < 1e-12, (
-                f"predicted_step_time({tc}, {tm}, {algo!r}) = {got}, expected {want}. "
+                f"predicted_step_time({tc}, {tm}, {algo!r}) = {_plain(got)}, expected {want}. "
                 + ("Hint: sync waits for the whole allreduce after the compute." if algo == "sync" else
                    "Hint: with k = 1, each allreduce has one step of compute to finish under; the step lasts "
                    "as long as the slower of the two."))
@@ -500,7 +565,7 @@ def check_masked_cross_entropy(masked_cross_entropy):
         with np.errstate(over="ignore", invalid="ignore"):
             got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
         assert got is not None and np.isfinite(float(got)), (
-            f"masked_cross_entropy returned {got}; with a logit of 800 the naive exp overflows: subtract the "
+            f"masked_cross_entropy returned {_plain(got)}; with a logit of 800 the naive exp overflows: subtract the "
             "maximum over V before exponentiating")
         assert abs(float(got) - want) <= 1e-6 * max(1.0, abs(want)), (
             f"masked_cross_entropy = {float(got):.6f}, expected {want:.6f} (L={L}, N={N}, V={V}, pad_id={pad}). "
@@ -549,7 +614,7 @@ def check_weak_scaling_efficiency(weak_scaling_efficiency):
         for algo, want in (("sync", tc / (tc + T)), ("pseudo-sync", tc / max(tc, T))):
             got = weak_scaling_efficiency(tc, n, P, a, b, algo)
             assert got is not None and abs(got - want) < 1e-9, (
-                f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {got}, expected {want:.6g}. "
+                f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {_plain(got)}, expected {want:.6g}. "
                 "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
 
 

@@ -417,6 +417,15 @@ def add_arguments(p):
     p.set_defaults(func=run)
 
 
+def _warn_if_busy(load: float, cores: int, threads: int) -> None:
+    """Say so when other programs occupy the cores: the kernels then share them,
+    GFLOP/s and %peak come out low and vary, and threads wait for descheduled peers."""
+    if load >= cores - 0.5:
+        print(f"warning: this machine is busy (load average {load:.1f} on {cores} cores): these timings are "
+              f"lower and noisier than on idle cores{'' if threads < 2 else ', and with several threads much lower'}"
+              "; rerun when it is idle (uptime) before quoting them", flush=True)
+
+
 def run(args) -> int:
     """Run the kernel benchmark; print the table; write JSON if asked. Returns 0.
 
@@ -432,13 +441,14 @@ def run(args) -> int:
         names = list(dict.fromkeys(c.kernel for c in collect_cases(ctx)))
         raise ValueError(f"--only {args.only!r} matches no benchmark case; give part of a kernel name or "
                          f"shape, e.g. --only conv2d; the kernels: {', '.join(names)}")
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    _warn_if_busy(load_start[0], kthreads.cores_on_node(), n)
     machine = machine_report(n, torch, args.clock)
     machine["clock"] = args.clock
-    machine["load_before"] = list(os.getloadavg())
     rows = run_cases(cases, n, machine["peak_gflops"], machine["bandwidth_gbs"], quick=args.quick, clock=args.clock)
-    machine["load_after"] = list(os.getloadavg())
     import numba
     machine["threading_layer"] = numba.threading_layer()
+    machine["load_avg_start"], machine["load_avg_end"] = load_start, [round(x, 2) for x in os.getloadavg()]
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores; {n} thread(s) for Numba, BLAS"
           + (" and torch" if torch else "") + f"; {machine['threading_layer']} threading layer")
     print(f"peak (stated): {machine['peak_arithmetic']}")
@@ -456,8 +466,7 @@ def run(args) -> int:
     print(f"sgemm {sg['n']}x{sg['n']}, {n} thread(s): " + ", ".join(f"{k} {sg[k]:.1f}" for k in ("numpy", "torch")
                                                                     if k in sg)
           + f" GFLOP/s; fastest BLAS here: {sg['fastest']}")
-    print(f"clock: {args.clock} time; load average before/after: {machine['load_before'][0]:.2f} / "
-          f"{machine['load_after'][0]:.2f}")
+    print(f"clock: {args.clock} time")
     print(f"memory bandwidth (measured, parallel copy): {machine['bandwidth_gbs']:.1f} GB/s, the %bw column "
           "(above 100%: the data stayed in cache; docs/kernels.md)")
     print(format_table(rows))
@@ -465,6 +474,9 @@ def run(args) -> int:
         print("* above 100% of the measured peak: the peak probe's best run was slowed by other processes "
               "(compare the per-width figures with the stated peak above), or the FLOP count of that row "
               "overstates the work; the GFLOP/s figure itself is what was measured")
+    print(f"load average {machine['load_avg_start'][0]:.2f} at the start, {machine['load_avg_end'][0]:.2f} at the end "
+          f"({kthreads.cores_on_node()} cores)")
+    _warn_if_busy(machine["load_avg_end"][0], kthreads.cores_on_node(), n)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine, "rows": rows}, f, indent=2)

@@ -31,8 +31,9 @@ Then the model (:mod:`minips.distributed.projection`):
   compute and ideal offloaded overlap (phi = ``--project-interference``,
   default 0), next to the seed paper's 93.4 % (64 nodes) and 90.5 % (128).
 
-Writes ``--json`` (everything) and ``--plot`` (measured breakdown and E(P);
-projection) and prints the tables. ``--from-json`` redoes the model and plots
+Prints the tables and writes them to ``OUT/scaling.txt``, everything to
+``--json`` (default ``OUT/scaling.json``), and ``--plot`` (measured breakdown
+and E(P); projection). A "-" in a table is explained under it. ``--from-json`` redoes the model and plots
 from an earlier JSON without running anything.
 """
 from __future__ import annotations
@@ -135,7 +136,8 @@ def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
-            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out)]
+            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
+            "--overwrite"]
     if args.network:
         cmd += ["--network", args.network]
     return cmd
@@ -344,6 +346,15 @@ def _print_measured(rows, say):
         say(f"{r['label']:<24}{r['P']:>3} {1e3 * r['step_time_s']:9.2f} {r['images_per_s']:9.0f} {eff:>6} "
             f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * b['predict']:8.2f} "
             f"{1e3 * b['update']:7.2f} {1e3 * other:7.2f} {ca:>16} {oe:>12}")
+    notes = []
+    if any(r["efficiency"] is None for r in rows):
+        notes.append("E(P) -: no P = 1 run of this algorithm to divide by (add 1 to --ranks)")
+    if any(not r.get("comm_alone_s") for r in rows):
+        notes.append("allreduce alone -: one rank, nothing to communicate")
+    if any(r.get("overlap_efficiency") is None for r in rows):
+        notes.append("overlap eff -: one rank, or an algorithm that does not allreduce the gradient every step")
+    say("  (times in ms per step; other = the step minus its phases: data, logging"
+        + "".join(f"; {n}" for n in notes) + ")")
     superlinear = [f"{r['label']} at P = {r['P']}" for r in rows if r["efficiency"] and r["efficiency"] > 1.05]
     if superlinear:
         # Weak scaling cannot beat one rank by more than noise: the P = 1 run was slowed down.
@@ -366,6 +377,10 @@ def _print_check(check, say):
         b = cell(c.get("predicted_fit_s"), c["measured_s"])
         o = cell(c.get("predicted_own_compute_s"), c["measured_s"])
         say(f"{c['label']:<24}{c['P']:>3} {1e3 * c['measured_s']:12.2f} {a:>30} {b:>15} {o:>24}")
+    if any(c.get(k) is None for c in check for k in ("predicted_measured_comm_s", "predicted_fit_s",
+                                                        "predicted_own_compute_s")):
+        say("  (-: no prediction of that kind: pred. (fit) needs --comm-json (a bench comm --json output); "
+            "the others need the algorithm's P = 1 run and, at P, its measured allreduce)")
 
 
 def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
@@ -394,6 +409,8 @@ def _print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
         allr = next(iter(p["algos"].values()))
         say(f"{'allreduce ms':<{w}}" + "".join(
             f"{1e3 * allr['comm_s'][allr['P'].index(P)]:9.3f}" if P in allr["P"] else f"{'-':>9}" for P in show))
+        if any(P not in rows["P"] for rows in p["algos"].values() for P in show):
+            say("  (-: not projected, beyond --project-max)")
 
 
 def plot_scaling(result: dict, path) -> None:
@@ -419,19 +436,23 @@ def plot_scaling(result: dict, path) -> None:
     ax.bar(names, other, bottom=bottom, label="other", color="#BBBBBB")
     ax.set_ylabel("ms per step (slowest rank)")
     ax.tick_params(axis="x", labelsize=7, labelrotation=60)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)  # beside, not over, the bars
     emu = " (EMULATED " + rows[0]["network"] + ")" if rows and rows[0].get("network_emulated") else ""
     ax.set_title(f"measured step, {result['config']['model']}, batch {result['config']['batch_size']}/rank{emu}",
                  fontsize=9)
     ax = axes[1]
-    for label in dict.fromkeys(r["label"] for r in rows):
+    from ..plots import algo_color, run_styles
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    for label, st in zip(labels, run_styles(len(labels))):
+        color = algo_color(_algo_name(label))  # the algorithm's colour in every minips figure
         rs = [r for r in rows if r["label"] == label and r["efficiency"] is not None]
-        ax.plot([r["P"] for r in rs], [r["efficiency"] for r in rs], "o-", label=f"{label} measured")
+        ax.plot([r["P"] for r in rs], [r["efficiency"] for r in rs], marker=st["marker"], linestyle="-", color=color,
+                label=f"{label} measured")
         cs = [c for c in result.get("model_check", []) if c["label"] == label and c.get("predicted_measured_comm_s")]
         if cs:
             t1 = next(r["step_time_s"] for r in rows if r["label"] == label and r["P"] == 1)
             ax.plot([1] + [c["P"] for c in cs], [1.0] + [t1 / c["predicted_measured_comm_s"] for c in cs], "x--",
-                    label=f"{label} model")
+                    color=color, label=f"{label} model")
     ax.set_xlabel("ranks P")
     ax.set_ylabel("E(P) = T(1) / T(P)")
     ax.grid(alpha=0.3)
@@ -443,6 +464,11 @@ def plot_scaling(result: dict, path) -> None:
     plt.close(fig)
 
 
+def _algo_name(label: str) -> str:
+    """The registered algorithm of a spec or label ("pseudo-sync:adaptive@x" -> "pseudo-sync")."""
+    return label.split("@")[0].split(":")[0].strip()
+
+
 def plot_projection(result: dict, path) -> None:
     """E(P) against nodes (log scale) per interconnect and algorithm, with the
     seed paper's 93.4 % at 64 nodes and 90.5 % at 128."""
@@ -450,6 +476,7 @@ def plot_projection(result: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import algo_color
     proj = result["projection"]
     algos = list(next(iter(proj.values()))["algos"]) if proj else []
     if len(algos) > 6:  # one row of panels per family, or the lines cannot be told apart
@@ -460,7 +487,7 @@ def plot_projection(result: dict, path) -> None:
         base = p.get("baseline")
         for algo, rows in p["algos"].items():
             line, = ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], linestyle=styles.get(algo, "-"),
-                                base=2, label=f"{algo}: E(P)", lw=2)
+                                base=2, label=f"{algo}: E(P)", lw=2, color=algo_color(_algo_name(algo)))
             if algo != base and "vs_baseline_1" in rows:
                 ax.semilogx(rows["P"], [100 * e for e in rows["vs_baseline_1"]], ":", base=2,
                             color=line.get_color(), lw=1, label=f"{algo}: T_{base}(1)/T(P)")
@@ -547,7 +574,12 @@ def run(args) -> int:
     if launched_by_mpi() and os.environ.get("MINIPS_MPI") != "1":
         raise ScalingError("bench scaling launches mpiexec itself: run it as one plain process, "
                            "not under mpiexec")
-    say = print
+    lines: list[str] = []
+
+    def say(*a):  # print, and keep for the report file
+        text = " ".join(map(str, a))
+        lines.append(text)
+        print(text, flush=True)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
         rows = result["measured"]
@@ -597,9 +629,12 @@ def run(args) -> int:
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        say(f"\nwrote {args.json}")
+    report_dir = Path(args.out)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    json_path = Path(args.json) if args.json else report_dir / "scaling.json"
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    say(f"\nwrote {json_path} (everything) and {report_dir / 'scaling.txt'} (these tables)")
+    (report_dir / "scaling.txt").write_text("\n".join(lines) + "\n")
     if args.plot:
         plot_scaling(result, args.plot)
         say(f"wrote {args.plot}")
@@ -629,7 +664,8 @@ def add_arguments(p):
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when the ranks fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
-    p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs")
+    p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs and of the report: "
+                                                         "scaling.txt (the tables) and scaling.json (unless --json)")
     p.add_argument("--comm-json", help="bench comm --json output: its alpha-beta fit (and poll-mode overlap) "
                                        "for the predicted-vs-measured check")
     p.add_argument("--interference", default="auto",
@@ -643,7 +679,7 @@ def add_arguments(p):
                                           "baseline's P = 1 profile, without measuring them; 'all' = every "
                                           "registered algorithm not measured, at its default options")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
-    p.add_argument("--json", help="write everything to this JSON file")
+    p.add_argument("--json", help="write everything to this JSON file (default OUT/scaling.json)")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")
     p.add_argument("--plot-projection", help="PNG of the projected E(P)")
     p.set_defaults(func=run)

@@ -190,9 +190,10 @@ def _flag_args(flags: dict) -> list[str]:
 
 def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
     """The ``mpiexec -n P python -m minips train ...`` command of one run (every
-    option explicit; predictor options through ``OUT/predictor.toml``)."""
+    option explicit; predictor options through ``OUT/predictor.toml``; ``--overwrite``: a
+    finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
     args = [mpiexec, "-n", str(spec.P), python, "-m", "minips", "train", *_flag_args(spec.flags),
-            "--out", str(out), "--quiet"]
+            "--out", str(out), "--quiet", "--overwrite"]
     if spec.predictor_options:
         args += ["--config", str(out / "predictor.toml")]
     return args

@@ -17,7 +17,9 @@ import numpy as np
 
 from ..autograd import Function
 from ..kernels import conv as kconv
+from ..kernels import impl, reference_kernels
 from ..kernels import pool as kpool
+from ..kernels import reference as kref
 from . import init
 from .module import Module, Parameter
 
@@ -38,14 +40,22 @@ class Conv2dFunction(Function):
 
     def forward(self, x, w, b, *, stride, padding):
         self.w = w
+        if reference_kernels():  # MINIPS_REFERENCE_KERNELS=1: the readable twins (kernels/reference.py)
+            self.saved = {"reference": (x, stride, padding)}
+            return kref.conv2d_forward(x, w, b, stride, padding)
         y, self.saved = kconv.conv2d_forward(x, w, b, stride, padding)
         return y
 
     def backward(self, gy):
         need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
         need_b = self.needs_input_grad[2]
-        gx, gw, gb = kconv.conv2d_backward(gy, self.w, self.saved, need_x=need_x,
-                                           need_w=need_w or need_b)
+        if "reference" in self.saved:
+            x, stride, padding = self.saved["reference"]
+            gx = kref.conv2d_backward_data(gy, self.w, x.shape, stride, padding) if need_x else None
+            gw, gb = kref.conv2d_backward_weight(gy, x, self.w.shape, stride, padding)
+        else:
+            gx, gw, gb = kconv.conv2d_backward(gy, self.w, self.saved, need_x=need_x,
+                                               need_w=need_w or need_b)
         return gx, (gw if need_w else None), (gb if need_b else None)
 
 
@@ -54,11 +64,11 @@ class MaxPool2dFunction(Function):
 
     def forward(self, x, *, kernel, stride):
         self.x_shape = x.shape
-        y, self.argmax = kpool.maxpool2d_forward(x, kernel, stride)
+        y, self.argmax = impl(kpool).maxpool2d_forward(x, kernel, stride)
         return y
 
     def backward(self, gy):
-        return kpool.maxpool2d_backward(gy, self.argmax, self.x_shape)
+        return impl(kpool).maxpool2d_backward(gy, self.argmax, self.x_shape)
 
 
 class AvgPool2dFunction(Function):
@@ -66,10 +76,10 @@ class AvgPool2dFunction(Function):
 
     def forward(self, x, *, kernel, stride):
         self.x_shape, self.kernel, self.stride = x.shape, kernel, stride
-        return kpool.avgpool2d_forward(x, kernel, stride)
+        return impl(kpool).avgpool2d_forward(x, kernel, stride)
 
     def backward(self, gy):
-        return kpool.avgpool2d_backward(gy, self.x_shape, self.kernel, self.stride)
+        return impl(kpool).avgpool2d_backward(gy, self.x_shape, self.kernel, self.stride)
 
 
 # --- functional forms -------------------------------------------------------------

@@ -28,15 +28,17 @@ class LSTMFunction(Function):
     """
 
     def forward(self, x, w_ih, w_hh, b, h0, c0):
+        from ..kernels import impl
         from ..kernels import lstm as klstm
-        h, c, gates, tanh_c = klstm.lstm_forward(x, w_ih, w_hh, b, h0, c0)
+        h, c, gates, tanh_c = impl(klstm).lstm_forward(x, w_ih, w_hh, b, h0, c0)
         self.saved = (x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c)
         return h, h[-1].copy(), c[-1].copy()
 
     def backward(self, dh, dh_n, dc_n):
+        from ..kernels import impl
         from ..kernels import lstm as klstm
         x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c = self.saved
-        dx, dh0, dc0, dw_ih, dw_hh, db = klstm.lstm_backward(
+        dx, dh0, dc0, dw_ih, dw_hh, db = impl(klstm).lstm_backward(
             dh, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c)
         return (dx, dw_ih, dw_hh, db,
                 dh0 if h0 is not None else None, dc0 if c0 is not None else None)

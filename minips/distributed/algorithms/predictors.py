@@ -1,5 +1,14 @@
 """Gradient predictors for pseudo-synchronous SGD.
 
+**Editing a rule?** AESP's steps 1-2 and the arrival scoring run as fused
+Numba kernels by default; the readable NumPy code they are compiled from is
+``kernels/reference.py`` (``aesp_step``, ``arrival_sums``). Run with
+``MINIPS_REFERENCE_KERNELS=1`` (or ``train --reference-kernels``) and the
+predictors call that readable code, so an edit there (or to
+:meth:`AdaptivePredictor.forecast` / :meth:`AdaptivePredictor._update_confidence`,
+which are plain Python either way) changes the run. See
+:mod:`minips.kernels` ("The reference switch").
+
 At step t the averaged gradient ``G_{t-k}`` computed at the old weights
 ``w_{t-k}`` arrives; the update needs a gradient at the current weights ``w_t``.
 A predictor turns what arrived (and the history) into the update direction::
@@ -30,6 +39,7 @@ from collections import deque
 
 import numpy as np
 
+from ...kernels import impl, reference_kernels
 from ...kernels import predict as kpredict
 from ...kernels import reference as kreference
 
@@ -100,7 +110,7 @@ class Predictor:
         if len(self._pending) < self.k:
             return
         F, G_naive, c = self._pending.popleft()
-        s = kpredict.arrival_sums(G, G_naive, F, c)
+        s = impl(kpredict).arrival_sums(G, G_naive, F, c)
         self.diagnostics["cos_forecast"] = s["FG"] / np.sqrt(s["FF"] * s["GG"]) if s["FF"] * s["GG"] > 0 else 0.0
         self.diagnostics["rel_error"] = float(np.sqrt(s["err"] / s["naive_err"])) if s["naive_err"] > 0 else 1.0
         self.on_arrival(s)
@@ -233,6 +243,12 @@ class LookaheadPredictor(Predictor):
 class AdaptivePredictor(Predictor):
     """Adaptive exponential-smoothing predicted gradient (AESP).
 
+    To change the rule in class: steps 1-2 run in the fused Numba kernel
+    :func:`minips.kernels.predict.aesp_step` unless ``MINIPS_REFERENCE_KERNELS=1``
+    is set (or ``--reference-kernels`` given); with it, the readable twin
+    :func:`minips.kernels.reference.aesp_step` runs, and editing it changes
+    the trajectory. Step 3 (:meth:`_update_confidence`) is always Python.
+
     Forecast the gradient at the current weights from the stale one with a
     first-order (Taylor) correction, per coordinate::
 
@@ -255,7 +271,8 @@ class AdaptivePredictor(Predictor):
         fused: steps 1-2 with the Numba kernel
             :func:`minips.kernels.predict.aesp_step` (default); False runs its
             plain-NumPy twin :func:`minips.kernels.reference.aesp_step` (same
-            result to float32 rounding).
+            result to float32 rounding); ``MINIPS_REFERENCE_KERNELS=1`` forces
+            the twin whatever this says.
 
     The defaults h_max = 10 and lambda0 = 0 come from the tuning sweep in
     docs/results.md (section 4.3): with the first spec's lambda0 = 1 and
@@ -317,7 +334,7 @@ class AdaptivePredictor(Predictor):
             # way round: an h that holds G's minibatch noise puts it into c_t, and
             # a_t = G_t - G_{t-k} holds it with the opposite sign, so step 3's <a, c> is biased
             # negative and lambda collapses (docs/distributed.md, "A correction to the spec").
-            step = kpredict.aesp_step if self.fused else kreference.aesp_step
+            step = kpredict.aesp_step if self.fused and not reference_kernels() else kreference.aesp_step
             F, c = step(G, w_now, w_then, self.G_prev, self.w_prev, self.Sgw, self.Sww, self.h,
                         self.lam, self.rho, self.eps, self.h_max)
         self.last_correction = c  # predict() keeps c_t with F_t; step 3 scores it when G_t arrives
