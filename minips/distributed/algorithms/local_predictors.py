@@ -48,7 +48,7 @@ import numpy as np
 
 from ...kernels import predict as kpredict
 from ...kernels import reference as kreference
-from .predictors import Predictor
+from .predictor_base import Predictor
 
 __all__ = ["LocalPredictor", "AdaptiveLocalPredictor"]
 
