@@ -106,7 +106,11 @@ def simulate_stale_sgd(grad_fn, w0: np.ndarray, predictor: str | Predictor = "la
             in_flight.append((g, w.copy()))
             if len(in_flight) > staleness:
                 G, w_then = in_flight.popleft()
-                opt.apply(0, w, pred.predict(G, w, w_then))
+                d = pred.predict(G, w, w_then)
+                if hasattr(pred, "apply_step"):  # a rule that owns the step (spike), as in pseudo-sync
+                    pred.apply_step(opt, w, d)
+                else:
+                    opt.apply(0, w, d)
                 diags.append(dict(pred.diagnostics))
         if loss_fn is not None and (t % record_every == 0 or t == steps - 1):
             f = loss_fn(w)

@@ -158,6 +158,16 @@ class PseudoSyncSGD(Algorithm):
         finally:
             self.flat.weights[...] = w_actual
 
+    def apply_update(self, direction: np.ndarray) -> None:
+        """The optimizer step, unless the predictor owns it: a rule that changes
+        the step itself (``spike`` rescales the momentum term and adds the missed
+        steps) has ``apply_step(optimizer, w, d)``, and pseudo-sync calls it instead."""
+        own = getattr(self.predictor, "apply_step", None)
+        if own is None:
+            return super().apply_update(direction)
+        with self.timer.phase("update"):
+            own(self.optimizer, self.flat.weights, direction)
+
     def step(self) -> None:
         self._post_fresh_gradient()
         self.log = {}
