@@ -355,9 +355,6 @@ class AdaptivePredictor(Predictor):
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
                                         AdaptivePredictor)}
 
-from .delay_compensation import COMPENSATIONS  # noqa: E402 - spike, dc-asgd, gap-aware subclass Predictor
-PREDICTORS.update(COMPENSATIONS)
-
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:
     """Build a predictor by name with its options.
