@@ -23,6 +23,10 @@ simulation (:mod:`minips.distributed.staleness_lab`).
   adaptive confidence ``lambda_t``. Our formulation of the seed paper's
   adaptive exponential-smoothing predictor (Wen et al., IJPP 2024); see
   docs/distributed.md.
+- :class:`~.local_predictors.LocalPredictor` (``local``) and
+  :class:`~.local_predictors.AdaptiveLocalPredictor` (``adaptive-local``): the
+  arrived average plus this rank's own gradient change (module
+  :mod:`.local_predictors`); ranks then hold slightly different weights.
 """
 from __future__ import annotations
 
@@ -61,6 +65,14 @@ class Predictor:
 
     #: names of the constructor's options, recorded by :meth:`options`
     OPTIONS: tuple = ()
+
+    #: True when the direction uses this rank's own fresh gradient (``local``,
+    #: ``adaptive-local``): ranks then apply different updates, pseudo-sync
+    #: stops keeping replicas, and it calls :meth:`observe_local` and :meth:`fill`.
+    uses_local_gradient = False
+    #: floats this predictor appends to every Iallreduce buffer (averaged over
+    #: ranks with the gradient): :meth:`payload` fills them, :meth:`receive` reads them.
+    extra_floats = 0
 
     def options(self) -> dict:
         """The predictor's options as constructed (defaults included), e.g.
@@ -111,6 +123,23 @@ class Predictor:
 
     def forecast(self, G, w_now, w_then) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # --- hooks of predictors that use the local gradient (local_predictors.py) -
+    def observe_local(self, g: np.ndarray) -> None:
+        """This rank's fresh gradient g_t (float32 (n,), read-only: copy what you
+        keep), called before it goes into the allreduce."""
+
+    def fill(self) -> np.ndarray | None:
+        """The direction of a pipeline-fill step (t < k, nothing arrived yet);
+        None: no update (the replicated predictors)."""
+        return None
+
+    def payload(self) -> np.ndarray | None:
+        """float32 (extra_floats,) to append to the buffer posted now."""
+        return None
+
+    def receive(self, pooled: np.ndarray) -> None:
+        """The rank-average of the payload posted with the gradient that just arrived."""
 
     def lookahead_weights(self, w: np.ndarray, optimizer) -> np.ndarray | None:
         """Weights at which to compute this step's gradient (None = at ``w``)."""
@@ -352,8 +381,10 @@ class AdaptivePredictor(Predictor):
             setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
 
 
+from .local_predictors import AdaptiveLocalPredictor, LocalPredictor  # noqa: E402 - they subclass Predictor
+
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
-                                        AdaptivePredictor)}
+                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:
