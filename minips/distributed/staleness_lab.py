@@ -8,7 +8,8 @@ and the predictor tests use. The step rule is the one of
 
     step t:  g_t = grad(w_t, batch_t)            (the "allreduce" of g_t starts)
              if t >= k:  G = g_{t-k};  d_t = predictor.predict(G, w_t, w_{t-k})
-                         w_{t+1} = SGD(w_t, d_t)  (momentum acts on d_t)
+                         w_{t+1} = SGD(w_t, d_t)  (momentum acts on d_t; a predictor
+                                                  with apply_step, spike, owns this step)
              else:       w_{t+1} = w_t            (pipeline fill: nothing arrived yet)
 
 With ``k = 0`` it is plain (synchronous) minibatch SGD.
