@@ -39,10 +39,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import Algorithm
+from .delay_compensation import COMPENSATIONS
 from .predictors import PREDICTORS, make_predictor
 from .spec import convert_value
 
 __all__ = ["PseudoSyncSGD"]
+
+# The replicated delay compensations (spike, dc-asgd, gap-aware) live in their own module and
+# subclass predictors.Predictor, so predictors.py cannot import them (an import circle): they
+# join its table here, before the Options below read it.
+PREDICTORS.update(COMPENSATIONS)
 
 
 class _Pending:
@@ -171,6 +177,16 @@ class PseudoSyncSGD(Algorithm):
             yield
         finally:
             self.flat.weights[...] = w_actual
+
+    def apply_update(self, direction: np.ndarray) -> None:
+        """The optimizer step, unless the predictor owns it: a rule that changes
+        the step itself (``spike`` rescales the momentum term and adds the missed
+        steps) has ``apply_step(optimizer, w, d)``, and pseudo-sync calls it instead."""
+        own = getattr(self.predictor, "apply_step", None)
+        if own is None:
+            return super().apply_update(direction)
+        with self.timer.phase("update"):
+            own(self.optimizer, self.flat.weights, direction)
 
     def step(self) -> None:
         p, n = self.predictor, self.flat.numel
