@@ -17,11 +17,8 @@ if [ "${1:-}" = "--report-only" ]; then
   study configs/study-accuracy-captioner.toml --out "$OUT/study-accuracy-captioner" --report-only || true
   exit 0
 fi
-# extra algos entries (e.g. the best replicated compensation) come from EXTRA_ALGOS, comma-separated
-ALGOS=""
-if [ -n "${EXTRA_ALGOS:-}" ]; then
-  ALGOS="--algos sync,pseudo-sync:last:1,pseudo-sync:adaptive:1,pseudo-sync:local:1,pseudo-sync:adaptive-local:1,pseudo-sync:last:2,pseudo-sync:adaptive:2,pseudo-sync:local:2,pseudo-sync:adaptive-local:2,$EXTRA_ALGOS"
-fi
+# ALGOS: e.g. ALGOS="--algos sync,pseudo-sync:local:1" to run only some of the grid's entries
+ALGOS=${ALGOS:-}
 for seed in 0 1 2; do
   study configs/study-accuracy.toml --out "$OUT/study-accuracy" --lr fixed --seeds $seed $ALGOS
 done
