@@ -18,8 +18,18 @@ as a sixth of its training step); fused, it is two passes.
       h = clip(Sgw / (Sww + eps), 0, h_max)
       G_prev = G;  w_prev = w_then
 
+- :func:`local_step`: the local-anchored forecast of ``local`` and
+  ``adaptive-local`` (:mod:`minips.distributed.algorithms.local_predictors`)
+  in one pass, with the inner products of lambda's regression::
+
+      c = g_new - g_old                             local change g_t - g_{t-k}
+      d = G + lam_new * g_new - lam_old * g_old     direction (= G + lambda c when
+                                                    lam_new = lam_old = lambda)
+      q = <G, c>;  cc = <c, c>;  r = <G, c_old>      regression sums (float64)
+      c_old = c                                     (in place, when sums are asked for)
+
 Twins: :func:`minips.kernels.reference.arrival_sums`,
-:func:`minips.kernels.reference.aesp_step`. Inner products accumulate in
+:func:`minips.kernels.reference.aesp_step`, :func:`minips.kernels.reference.local_step`. Inner products accumulate in
 float64. float32 vectors of equal length; serial loops (one thread per rank is
 the common case, and the loops are memory-bound).
 """
@@ -28,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["arrival_sums", "aesp_step"]
+__all__ = ["arrival_sums", "aesp_step", "local_step"]
 
 
 @njit(cache=True)
@@ -134,3 +144,63 @@ def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam: float, rho: fl
     _aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, np.float32(lam), np.float32(rho),
                np.float32(eps), np.float32(h_max), F, c)
     return F, c
+
+
+@njit(cache=True)
+def _local_step(G, g_new, g_old, lam_new, lam_old, d):
+    if lam_new == lam_old:                          # the same rounding as G + lambda (g_new - g_old)
+        for i in range(G.size):
+            d[i] = G[i] + lam_new * (g_new[i] - g_old[i])
+    else:
+        for i in range(G.size):
+            d[i] = G[i] + (lam_new * g_new[i] - lam_old * g_old[i])
+
+
+@njit(cache=True, fastmath=True)
+def _local_step_sums(G, g_new, g_old, c_old, lam_new, lam_old, d):
+    # fastmath lets the float64 sums be reassociated into SIMD lanes (5x faster,
+    # measured); the elementwise results are the same as without it.
+    q = cc = r = 0.0                                # float64 accumulators
+    same = lam_new == lam_old
+    for i in range(G.size):
+        ci = g_new[i] - g_old[i]
+        d[i] = G[i] + lam_new * ci if same else G[i] + (lam_new * g_new[i] - lam_old * g_old[i])
+        gi, c64 = np.float64(G[i]), np.float64(ci)
+        q += gi * c64
+        cc += c64 * c64
+        r += gi * np.float64(c_old[i])
+        c_old[i] = ci
+    return q, cc, r
+
+
+def local_step(G, g_new, g_old, lam_new: float, lam_old: float, c_old=None):
+    """The local-anchored direction ``d = G + lam_new g_new - lam_old g_old``
+    in one pass (computed as ``G + lam (g_new - g_old)`` when both are ``lam``).
+
+    Args:
+        G: float32 (n,), the averaged gradient G_{t-k} that just arrived.
+        g_new, g_old: float32 (n,), this rank's gradients g_t and g_{t-k}.
+        lam_new, lam_old: the weights of g_t now and of g_{t-k} when it was
+            added (1 and 1 for ``local``).
+        c_old: None, or float32 (n,) the local change c_{t-k} of k steps ago,
+            **overwritten in place** with c_t = g_new - g_old.
+
+    Returns:
+        ``d`` (float32 (n,), a new array) when ``c_old`` is None, else
+        ``(d, q, cc, r)`` with the float64 sums ``q = <G, c_t>``,
+        ``cc = <c_t, c_t>``, ``r = <G, c_{t-k}>`` (c_{t-k} as passed in).
+
+    Raises:
+        ValueError: lengths differ or an array is not float32.
+    """
+    arrays = {"G": G, "g_new": g_new, "g_old": g_old} | ({} if c_old is None else {"c_old": c_old})
+    for name, v in arrays.items():
+        if v.dtype != np.float32 or v.size != G.size:
+            raise ValueError(f"local_step: {name} must be float32 with {G.size} elements, "
+                             f"got {v.dtype} with {v.size}")
+    d = np.empty_like(G)
+    if c_old is None:
+        _local_step(G, g_new, g_old, np.float32(lam_new), np.float32(lam_old), d)
+        return d
+    q, cc, r = _local_step_sums(G, g_new, g_old, c_old, np.float32(lam_new), np.float32(lam_old), d)
+    return d, q, cc, r

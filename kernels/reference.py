@@ -298,6 +298,20 @@ def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_ma
     return F.astype(np.float32), c.astype(np.float32)
 
 
+def local_step(G, g_new, g_old, lam_new, lam_old, c_old=None):
+    """Twin of :func:`minips.kernels.predict.local_step` (``c_old`` overwritten
+    in place); also the ``fused=False`` path of ``local`` and ``adaptive-local``."""
+    c = g_new - g_old                             # the local change g_t - g_{t-k}
+    a, b = np.float32(lam_new), np.float32(lam_old)
+    d = (G + a * c) if a == b else (G + (a * g_new - b * g_old))
+    if c_old is None:
+        return d
+    G64, c64 = G.astype(np.float64), c.astype(np.float64)
+    q, cc, r = float(G64 @ c64), float(c64 @ c64), float(G64 @ c_old.astype(np.float64))
+    c_old[...] = c
+    return d, q, cc, r
+
+
 # --- compressors (twins of minips.kernels.compress) ---------------------------------
 def qsgd_quantize(v, s, bucket, u):
     """QSGD stochastic rounding per bucket: (norms float32, codes int16)."""

@@ -66,6 +66,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                                                    "that have it")
     p.add_argument("--partition", help="how the training set is split over ranks: iid (default), by-class:N "
                                        "(N classes per rank) or dirichlet:ALPHA (label proportions ~ Dir(ALPHA))")
+    p.add_argument("--val-fraction", type=float, help="hold out this share of the training set (stratified, "
+                                                      "the same samples in every run) and report validation "
+                                                      "accuracy/loss each epoch (default 0: none)")
     p.add_argument("--consensus-every", type=int, help="when ranks hold different weights: log the consensus "
                                                        f"distance every N steps (default {d.consensus_every}; "
                                                        "0 = only at evaluations)")

@@ -94,6 +94,7 @@ class TrainConfig:
     consensus_every: int = 50
     eval_rank0: bool = False
     overwrite: bool = False
+    val_fraction: float = 0.0
 
     def algo_defaults(self) -> dict:
         """The older per-option flags as algorithm option defaults (see the class doc)."""
@@ -131,6 +132,8 @@ class TrainConfig:
         need(self.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = off)")
         need(self.max_steps >= 0, "--max-steps must be >= 0 (0 = no limit)")
         need(self.bucket_mb is None or self.bucket_mb >= 0, "--bucket-mb must be >= 0")
+        need(0 <= self.val_fraction < 1, f"--val-fraction must be in [0, 1) (0 = no validation split; e.g. "
+                                         f"0.1 holds out 10% of the training set), got {self.val_fraction}")
         need(self.consensus_every >= 0, "--consensus-every must be >= 0 (0 = only at evaluations)")
         need(self.progress in ("none", "poll", "thread"),
              f"--progress must be none, poll or thread, got {self.progress!r}")

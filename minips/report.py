@@ -82,7 +82,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "epochs_planned": cfg.epochs,
         "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
         "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)),
-        "samples_per_step": samples_per_step, "lr": cfg.lr,
+        "samples_per_step": samples_per_step, "lr": cfg.lr, "val_fraction": cfg.val_fraction,
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "wall_time_s": wall_before + wall,
         "images_per_s": samples_per_step / step_time if step_time else None,
@@ -101,7 +101,8 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "units": UNITS,
     }
     for k, v in last.items():
-        if k.startswith(("test_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy", "consensus_distance"):
+        if k.startswith(("test_", "val_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy",
+                                                             "consensus_distance"):
             out[k] = v
     return out
 

@@ -72,6 +72,11 @@ class Trainer:
         from .tasks import make_task
 
         self.task = make_task(cfg.data)
+        if cfg.val_fraction:  # before the sampler: the held-out samples are never trained on
+            try:
+                self.task.hold_out(cfg.val_fraction)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         mrandom.seed(cfg.seed)  # same initial weights everywhere (rank 0's are broadcast anyway)
         self.model = build_model(cfg.model, self.task)
         lr = cfg.lr * (comm.size if cfg.scale_lr else 1)
@@ -399,7 +404,8 @@ class Trainer:
         return int(self.comm.bytes_sent)
 
     def evaluate(self) -> dict:
-        """Test metrics of the model the algorithm says to evaluate (its own
+        """Test metrics (and with ``--val-fraction`` validation metrics, keys
+        ``val_*``) of the model the algorithm says to evaluate (its own
         weights when ranks are identical, else the average over ranks);
         with ``eval_rank0`` also rank 0's own model (keys ``rank0_*``), and for
         non-replicated algorithms the consensus distance. Collective."""
@@ -408,6 +414,8 @@ class Trainer:
             algo.drain()  # nothing in flight on the weights while we swap them
         with algo.eval_point():
             metrics = self.task.evaluate(self.model, self.comm, bs)
+            if self.cfg.val_fraction:  # the split that chooses defaults; the test set is only reported
+                metrics.update(self.task.evaluate(self.model, self.comm, bs, split="val"))
         if not algo.replicated:
             if self.cfg.eval_rank0:
                 own = self.task.evaluate(self.model, None, bs) if self.comm.rank == 0 else {}

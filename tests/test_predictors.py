@@ -89,10 +89,15 @@ def test_predictor_state_roundtrip():
         for _ in range(4):
             G = rng.standard_normal(5).astype(np.float32)
             w2 = w - 0.1 * G
+            if a.uses_local_gradient:  # local, adaptive-local: this rank's gradient first
+                a.observe_local(G + 0.1)
             a.predict(G, w2, w)
             w = w2
         b.load_state_dict(a.state_dict())
         G = rng.standard_normal(5).astype(np.float32)
+        for p in (a, b):
+            if p.uses_local_gradient:
+                p.observe_local(G - 0.2)
         np.testing.assert_array_equal(a.predict(G, w - 0.1, w), b.predict(G, w - 0.1, w))
 
 

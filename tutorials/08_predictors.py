@@ -22,7 +22,11 @@
 #   smoothing the gradient history alone does not help;
 # - the headline predictor, **AESP** (`adaptive`): a first-order correction
 #   `G_{t-k} + lambda_t * h * (w_t - w_{t-k})` with a smoothed curvature `h` and an adaptive
-#   confidence `lambda_t`; and how to watch `lambda_t` and the forecast error as it trains.
+#   confidence `lambda_t`; and how to watch `lambda_t` and the forecast error as it trains;
+# - why a delayed gradient destabilises momentum (the largest stable step, from the
+#   eigenvalues of the update's transition matrix), and the local-anchored rules `local`
+#   and `adaptive-local`: the telescoping argument that bounds how far ranks drift, the
+#   fill rule it needs, and the regression that sets `adaptive-local`'s `lambda`.
 #
 # A note on names: the task that asked for this tutorial calls the adaptive coefficient
 # `alpha_t`; in minips' code and docs it is **`lambda`** (`AdaptivePredictor.lam`, logged as
@@ -304,8 +308,222 @@ show(fig, OUT / "predictors_lab.png")
 # a fused Numba kernel compiled from a copy of that code, so **set `MINIPS_REFERENCE_KERNELS=1`**
 # (in the shell before running this step, or `train --reference-kernels`): then the readable
 # NumPy code runs and your edit changes the curves.
+
+# %% [markdown]
+# ## 6. Why a delay destabilises momentum, and a rule that removes it
 #
-# ## 6. On a real network: `compare`
+# Everything so far forecasts `G_t` from *old averages*. Each rank, though, holds one
+# fresh piece of step t's gradient: its own `g^i_t`. Before using it, see why staleness
+# hurts so much with momentum. On a one-dimensional quadratic `f(w) = h w^2 / 2` the
+# update is a linear recursion on the state `(w_t, w_{t-1}, ..., w_{t-k}, v_t)`; it is
+# stable while the spectral radius of its transition matrix is below 1. We build the
+# matrix for Nesterov momentum (`v <- mu v + g`, `w <- w - lr (g + mu v)`, the optimizer
+# minips uses) with the gradient taken k steps late, and find the largest stable `h * lr`.
+
+# %%
+def transition(x, k, mu=0.9):
+    """Nesterov SGD on f = w^2 / 2 (h = 1, lr = x) with the gradient of w_{t-k}.
+    State (w_t, ..., w_{t-k}, v_t)."""
+    n = k + 2
+    A = np.zeros((n, n))
+    A[0, 0] = 1                                  # w' = w - x ((1 + mu) g + mu^2 v), g = w_{t-k}
+    A[0, k] -= x * (1 + mu)
+    A[0, n - 1] -= x * mu * mu
+    for j in range(1, k + 1):                    # the queue of old weights shifts by one
+        A[j, j - 1] = 1
+    A[n - 1, k] += 1                             # v' = mu v + g
+    A[n - 1, n - 1] = mu
+    return A
+
+
+def largest_stable_step(k, mu=0.9):
+    radius = lambda x: max(abs(np.linalg.eigvals(transition(x, k, mu))))  # noqa: E731
+    grid = np.linspace(1e-4, 3, 3001)
+    hi = grid[np.argmax([radius(x) >= 1 for x in grid])]   # first unstable point of a fine grid
+    lo = hi - grid[1] + grid[0]
+    for _ in range(40):                                     # then bisect the crossing
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if radius(mid) < 1 else (lo, mid)
+    return lo
+
+
+for k in (0, 1, 2):
+    print(f"delay k = {k}: largest stable h*lr = {largest_stable_step(k):.3f}")
+print(f"sync's closed form 2(1+mu)/(1+2mu) = {2 * 1.9 / 2.8:.3f}")
+
+# %% [markdown]
+# A one-step delay shrinks the stable step more than five times, two steps seventeen
+# times: momentum keeps pushing in the direction of a gradient that the weights have
+# already overshot, and the feedback arrives too late to stop it. That is why the linear
+# learning-rate scaling rule made stale runs diverge in `docs/results.md`, and why
+# forecasts that keep every rank identical (a per-coordinate curvature, spike
+# compensation, weight prediction) recover only part of it (`docs/accuracy-draft.md`).
+#
+# ### `local`: the fresh local gradient, anchored to the delayed average
+#
+# `d^i_t = G_{t-k} + (g^i_t - g^i_{t-k})`: the average that just arrived, corrected by how
+# rank i's own gradient changed since. If every rank saw the same data, `g^i = G` and the
+# rule *is* synchronous SGD, so it keeps sync's stable step (1.357). With different data
+# the ranks apply slightly different directions and their weights drift apart. How far?
+# Sum the directions over steps 0..T: every `G_{t-k}` appears once, and each `g^i_t` is
+# added at step t and subtracted at step t + k, so the sum **telescopes** to
+#
+# `sum_{s <= T-k} G_s + (g^i_{T-k+1} + ... + g^i_T)`
+#
+# (every average once, plus this rank's last k gradients): ranks differ by a bounded
+# amount, never an accumulating one. That needs the **fill rule**: in steps t < k,
+# nothing has arrived, and the rank applies `g^i_t`, so that every local gradient later
+# subtracted was first added. Watch it on 4 simulated ranks of the least-squares
+# laboratory (rotated Hessian), using minips' own predictor classes: the loss of the
+# *averaged* weights, and the consensus distance `(1/P) sum_i ||w_i - mean w||^2`.
+
+# %%
+from collections import deque  # noqa: E402
+
+from minips.distributed.algorithms.local_predictors import AdaptiveLocalPredictor, LocalPredictor  # noqa: E402
+
+
+class LocalWithoutFill(LocalPredictor):
+    def fill(self):
+        return None            # no update before the first average arrives
+
+
+SIM_STEPS = pick(600, 200)
+
+
+def train_ranks(rule, P=4, k=2, steps=SIM_STEPS, lr=0.05, mu=0.9, batch=8, seed=0):
+    """P ranks of Nesterov SGD on the laboratory, each on its own minibatches, with the
+    pseudo-sync pipeline (a FIFO of averaged buffers, k steps deep) and a predictor
+    class (or "sync": the fresh average). Returns losses of the averaged weights,
+    consensus distances and the lambdas."""
+    rng = np.random.default_rng(seed)
+    lab = LeastSquares(rotate=True)
+    w = np.zeros((P, lab.d), np.float32)
+    v = np.zeros_like(w)
+    preds = None if rule == "sync" else [rule(k) for _ in range(P)]
+    pipe, out = deque(), {"loss": [], "dist": [], "lam": []}
+    for _ in range(steps):
+        g = np.stack([lab.grad(w[i], rng.integers(0, lab.m, batch)) for i in range(P)])
+        if preds is None:
+            d = np.repeat(g.mean(0, keepdims=True), P, axis=0)
+        else:
+            bufs = []
+            for i, p in enumerate(preds):
+                p.observe_local(g[i])
+                tail = p.payload() if p.extra_floats else np.zeros(0, np.float32)
+                bufs.append(np.concatenate([g[i], tail]))
+            pipe.append(np.mean(bufs, axis=0).astype(np.float32))   # the allreduce, averaged
+            if len(pipe) > k:
+                G = pipe.popleft()
+                for p in preds:
+                    if p.extra_floats:
+                        p.receive(G[lab.d:])
+                d = np.stack([p.predict(G[:lab.d], w[i], None) for i, p in enumerate(preds)])
+            else:
+                d = [p.fill() for p in preds]
+                d = np.zeros_like(w) if d[0] is None else np.stack(d)
+            out["lam"].append(preds[0].lam)
+        v = mu * v + d
+        w = w - lr * (d + mu * v)
+        wbar = w.mean(0)
+        out["loss"].append(lab.loss(wbar))
+        out["dist"].append(float(((w - wbar) ** 2).sum(1).mean()))
+    return out
+
+
+class Last(LocalPredictor):
+    """`last` in this simulation: the delayed average alone (the replicated rule)."""
+    def predict(self, G, w_now, w_then):
+        return G.copy()
+
+    def fill(self):
+        return None
+
+
+sims = {"sync": train_ranks("sync"), "last": train_ranks(Last), "local": train_ranks(LocalPredictor),
+        "local, no fill rule": train_ranks(LocalWithoutFill), "adaptive-local": train_ranks(AdaptiveLocalPredictor)}
+fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+for (name, s), color in zip(sims.items(), plt.get_cmap("tab10").colors):
+    a.semilogy(s["loss"], label=name, color=color, ls=":" if name == "sync" else "-")
+    if name not in ("sync", "last"):
+        b.semilogy(np.maximum(s["dist"], 1e-12), label=name, color=color)
+a.set_ylim(top=1e3)
+b.set_ylim(bottom=1e-4)
+a.set_xlabel("step")
+a.set_ylabel("loss of the averaged weights")
+a.set_title("P = 4, k = 2, lr 0.05, Nesterov 0.9")
+a.legend(fontsize=8)
+b.set_xlabel("step")
+b.set_ylabel("consensus distance")
+b.set_title("how far the ranks' weights drift apart")
+b.legend(fontsize=8)
+show(fig, OUT / "local_rules.png")
+for name, s in sims.items():
+    print(f"{name:22s} final loss {s['loss'][-1]:.4g}, consensus distance {s['dist'][-1]:.3g}")
+
+# %% [markdown]
+# `last` (k = 2) falls behind sync at this step size (raise `lr` to 0.08 and it diverges),
+# `local` and `adaptive-local` follow sync. Without the fill
+# rule, the first two steps' local gradients, which are never added, are subtracted two
+# steps later: they stay as a permanent offset between the ranks (the consensus
+# distance does not fall back), and the averaged model pays for it.
+#
+# ### `adaptive-local`: how much to trust a local change
+#
+# A local gradient is a batch of 1/P of the global one, so its change `g^i_t - g^i_{t-k}`
+# is noisier than the global change `a_t = G_t - G_{t-k}`. `adaptive-local` applies
+# `d^i_t = G_{t-k} + lambda_t (g^i_t - g^i_{t-k})` and learns `lambda` when `G_t` arrives:
+# the least-squares slope of the global change on the local one,
+#
+# `num = rho num + (1-rho) mean_i <a_t, c^i_t>`, `den = rho den + (1-rho) mean_i <c^i_t, c^i_t>`,
+# `lambda = clip(num / den, 0, 1)`.
+#
+# The local changes average to the global one, so when they are pure batch noise only
+# rank i's own 1/P share of the noise correlates with `a_t`: the slope is about **1/P**;
+# when the gradient changes for real (the same on every rank), it is **1**. The two sums
+# ride in the gradient's own allreduce (two floats appended to the buffer), so every rank
+# computes the same lambda. Here is the regression on the two extreme problems, and the
+# lambda of the laboratory run above:
+
+# %%
+print(inspect.getsource(AdaptiveLocalPredictor._update_confidence))
+
+
+def lambda_on(grads, k=1):
+    """lambda after feeding grads (T, P, n) to P adaptive-local predictors through the pipeline."""
+    T, P, n = grads.shape
+    preds, pipe = [AdaptiveLocalPredictor(k) for _ in range(P)], deque()
+    for t in range(T):
+        for i, p in enumerate(preds):
+            p.observe_local(grads[t, i])
+        pipe.append(np.mean([np.concatenate([grads[t, i], p.payload()]) for i, p in enumerate(preds)], axis=0))
+        if len(pipe) > k:
+            G = pipe.popleft().astype(np.float32)
+            for p in preds:
+                p.receive(G[n:])
+                p.predict(G[:n], None, None)
+    return preds[0].lam
+
+
+r = np.random.default_rng(1)
+noise = (1 + r.standard_normal((500, 4, 50))).astype(np.float32)                 # changes: pure noise
+walk = np.repeat(np.cumsum(r.standard_normal((500, 1, 50)), 0), 4, 1).astype(np.float32)  # no noise
+print(f"pure noise, P = 4: lambda = {lambda_on(noise):.3f} (1/P = 0.25)")
+print(f"noiseless:         lambda = {lambda_on(walk):.3f}")
+print(f"laboratory (P = 4, batch 8): lambda settles at {np.mean(sims['adaptive-local']['lam'][-50:]):.2f}")
+
+# %% [markdown]
+# When lambda moves, subtracting `lambda_t g^i_{t-k}` would no longer cancel the
+# `lambda_{t-k} g^i_{t-k}` that was added, and the difference would accumulate. minips
+# subtracts each local gradient with the weight it was added with (`telescope=True`,
+# the default; `LocalPredictor._new_and_old` keeps the weights), so the sum still
+# telescopes for any sequence of lambdas. `tests/test_local_predictors.py` checks all of
+# this: the same batch on every rank gives sync step for step (under `mpiexec -n 4`),
+# lambda settles near 1/P and 1 (and a regression with `<c, c>` in the numerator fails
+# that test), and the sums telescope to the NumPy value.
+
+# %% [markdown]
+# ## 7. On a real network: `compare`
 #
 # Finally the ConvNet on 2 ranks, one epoch, staleness k = 2 to make the stale gradient
 # matter, emulated 1 GbE. `python -m minips compare` trains each algorithm one after the
@@ -316,8 +534,8 @@ show(fig, OUT / "predictors_lab.png")
 cmp_dir = OUT / "compare"
 fast_args = ["--max-steps", "8"] if FAST else []
 mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
-            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2", "--out", cmp_dir,
-            "--overwrite", "--quiet",
+            "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2,pseudo-sync:adaptive-local:2",
+            "--out", cmp_dir, "--overwrite", "--quiet",
             *fast_args])
 
 # %% [markdown]
@@ -401,12 +619,16 @@ print("here AESP (default) did " + ("better" if better else "WORSE") + " than `l
 #
 # ## What you saw
 #
-# - A predictor maps the stale `G_{t-k}` (and the weights) to the update direction; every
-#   rank computes the same one, so replicas stay identical.
+# - A predictor maps the stale `G_{t-k}` (and the weights) to the update direction; with
+#   the replicated predictors every rank computes the same one, so replicas stay identical.
 # - Smoothing the gradient history (`ema`, `holt`) adds lag on top of momentum; it does not
 #   rescue a stale run.
 # - AESP corrects with the weights' displacement and a smoothed curvature, and trusts that
 #   correction by an adaptively estimated `lambda_t`, which you can watch in `trace.csv`.
+# - A delay shrinks momentum's stable step five- to seventeen-fold; `local` and
+#   `adaptive-local` use each rank's fresh gradient, anchored to the delayed average, and
+#   keep sync's stability. Their ranks drift apart by a bounded amount (the sum
+#   telescopes, given the fill rule); the averaged weights are evaluated.
 #
 # **Next**: step 9 trains a video-captioning model (CNN + LSTM) with these algorithms;
 # step 10 asks how all this scales to many nodes.

@@ -12,7 +12,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     seeds = [0, 1, 2]
     algos = ["sync", "overlap-sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@rho99"]
     timeout_s = 1800            # per run
-    metric = "test_accuracy"    # or "bleu"
+    metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
+    report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
     model = "convnet"
@@ -48,6 +49,13 @@ it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
 the registry's baseline algorithm when the grid has it) and
 ``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+
+Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
+``metric = "val_accuracy"`` (or ``"val_bleu"``), the report's first tables
+are the validation metric (what chooses defaults), then the same tables for
+``report_metric`` (the test metric, reported, never used to choose), and a
+line per (lr, P) saying which algorithm the validation metric chose and its
+test value.
 """
 from __future__ import annotations
 
@@ -89,6 +97,15 @@ def _split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str 
     return (body if variant else entry), variant
 
 
+def _test_twin(metric: str) -> str | None:
+    """The test metric reported next to a validation metric (val_accuracy ->
+    test_accuracy, val_bleu -> bleu); None for a test metric."""
+    if not metric.startswith("val_"):
+        return None
+    rest = metric.removeprefix("val_")
+    return "test_" + rest if rest in ("accuracy", "loss") else rest
+
+
 class StudyError(ValueError):
     """A bad grid file or option; the message names the fix."""
 
@@ -107,6 +124,7 @@ class Grid:
     metric: str = "test_accuracy"
     chance: float | None = None
     source: str = ""
+    report_metric: str | None = None
 
 
 @dataclass
@@ -142,7 +160,7 @@ def load_grid(path) -> Grid:
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
     unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric",
-                          "chance"}
+                          "chance", "report_metric"}
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
@@ -151,7 +169,12 @@ def load_grid(path) -> Grid:
              env={k: str(v) for k, v in raw.get("env", {}).items()},
              timeout_s=float(raw.get("timeout_s", 1800)), metric=raw.get("metric", "test_accuracy"),
              chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
-             source=str(p))
+             source=str(p), report_metric=raw.get("report_metric", _test_twin(raw.get("metric", ""))))
+    if g.metric.startswith("val_") and not g.train.get("val-fraction", g.train.get("val_fraction")):
+        raise StudyError(f"{p}: metric {g.metric!r} is measured on a validation split: add val-fraction "
+                         "(e.g. 0.1) to [train]")
+    if g.chance is None and "accuracy" in g.metric and "token" not in g.metric:
+        g.chance = 0.1
     if not g.ranks or min(g.ranks) < 1:
         raise StudyError(f"{p}: ranks must be a non-empty list of integers >= 1, got {raw['ranks']}")
     if not g.lr:
@@ -207,12 +230,12 @@ def _toml_value(v) -> str:
     return repr(v)
 
 
-def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:
+def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  # noqa: C901
     """Run one grid point (unless its summary exists); returns its record."""
     out = spec.out(root)
     rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed}
     if (out / "summary.json").exists():
-        return {**rec, **_record(out, grid.metric)}
+        return {**rec, **_record(out, grid.metric, grid.report_metric)}
     out.mkdir(parents=True, exist_ok=True)
     if spec.predictor_options:
         (out / "predictor.toml").write_text(
@@ -229,7 +252,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:
         rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
     wall = time.perf_counter() - t0
     if rc == 0 and (out / "summary.json").exists():
-        return {**rec, **_record(out, grid.metric)}
+        return {**rec, **_record(out, grid.metric, grid.report_metric)}
     status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
     result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
               "message": stderr.strip().splitlines()[-3:] if stderr.strip() else []}
@@ -239,11 +262,15 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:
     return {**rec, **result}
 
 
-def _record(out: Path, metric: str) -> dict:
+def _record(out: Path, metric: str, report_metric: str | None = None) -> dict:
     s = json.loads((out / "summary.json").read_text())
     if s.get("status") == "diverged":
-        return {"status": "diverged", "metric": None, "wall_s": None}
-    return {"status": "ok", "metric": s.get(metric), "wall_s": s.get("wall_time_s"),
+        return {"status": "diverged", "metric": None, "reported": None, "wall_s": None}
+    extra = {"reported": s.get(report_metric)} if report_metric else {}
+    for k in ("val_accuracy", "val_loss", "val_bleu", "consensus_distance"):
+        if k in s:
+            extra[k] = s[k]
+    return {"status": "ok", "metric": s.get(metric), **extra, "wall_s": s.get("wall_time_s"),
             "step_time_s": s.get("step_time_s"), "test_loss": s.get("test_loss"),
             "final_lr": s.get("lr"), "world_size": s.get("world_size")}
 
@@ -290,10 +317,47 @@ def _cell(a: dict | None, digits: int) -> str:
 
 def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     """Tables: per learning-rate setting, algorithm rows x P columns of
-    ``mean ± std (min-max)`` over seeds, then the gap of each mean to the baseline's."""
-    agg = aggregate(records, grid.chance)
-    digits = 2 if grid.metric == "bleu" else 4
-    lines = [f"# {title or 'study'}: {grid.metric} (mean ± sample std (min-max) over seeds)", "",
+    ``mean ± std (min-max)`` over seeds, then the gap of each mean to the
+    baseline's. With a validation metric and a ``report_metric``, the same
+    tables for the reported (test) metric follow, and which algorithm the
+    validation metric chose at each (lr, P), with its test value."""
+    text = _metric_report(grid, records, grid.metric, title)
+    if not grid.report_metric or grid.report_metric == grid.metric:
+        return text
+    reported = [{**r, "metric": r.get("reported")} for r in records]
+    text += "\n" + _metric_report(grid, reported, grid.report_metric, title,
+                                   heading=f"# reported: {grid.report_metric} of the same runs")
+    return text + "\n" + _choices(grid, records)
+
+
+def _choices(grid: Grid, records: list[dict]) -> str:
+    """Which algorithm the validation metric chose per (lr, P), and its reported value."""
+    agg = aggregate(records, None)
+    rep = aggregate([{**r, "metric": r.get("reported")} for r in records], None)
+    lines = [f"## chosen by {grid.metric} (validation split); {grid.report_metric} reported", "",
+             f"Defaults are chosen by the mean {grid.metric} over seeds, among all algorithms except "
+             f"{BASELINE}; {grid.report_metric} is only reported (it chose nothing).", "",
+             f"| lr | P | chosen by {grid.metric} | its {grid.metric} | its {grid.report_metric} | "
+             f"{BASELINE}'s {grid.report_metric} |", "|---|---|---|---|---|---|"]
+    for (lr_name, P) in sorted({(k[0], k[2]) for k in agg}):
+        cands = [(a["mean"], k[1]) for k, a in agg.items()
+                 if k[0] == lr_name and k[2] == P and k[1] != BASELINE and a["mean"] is not None]
+        if not cands:
+            continue
+        best = max(cands)[1]
+        r, s = rep.get((lr_name, best, P)), rep.get((lr_name, BASELINE, P))
+        lines.append(f"| {lr_name} | {P} | {best} | {max(cands)[0]:.4f} | {_fmt_mean(r)} | {_fmt_mean(s)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_mean(a: dict | None) -> str:
+    return "-" if not a or a["mean"] is None else f"{a['mean']:.4f} ({a['n_ok']} seeds)"
+
+
+def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = "", heading: str = "") -> str:
+    agg = aggregate(records, grid.chance if "accuracy" in metric else None)
+    digits = 2 if "bleu" in metric else 4
+    lines = [heading or f"# {title or 'study'}: {metric} (mean ± sample std (min-max) over seeds)", "",
              "Cells: mean ± sample standard deviation (min-max, number of seeds) over the seeds that finished; "
              "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
              "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
@@ -311,7 +375,7 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
             lines.append(f"| {lab} | " + " | ".join(_cell(agg.get((lr_name, lab, P)), digits) for P in ranks) + " |")
         ref = BASELINE if BASELINE in labels else None
         if ref:
-            unit = "BLEU points" if grid.metric == "bleu" else "accuracy"
+            unit = "BLEU points" if "bleu" in metric else metric
             lines += ["", f"difference of the mean from {ref}'s ({unit}):",
                       "", "| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
             for lab in labels:
@@ -424,7 +488,8 @@ def run(args) -> int:
                     raise StudyError(f"three runs in a row failed (see {root / 'study.log'} and the runs' "
                                      "command.txt); fix the grid and run the same command again")
     else:
-        records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed, **_record(s.out(root), grid.metric)}
+        records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed,
+                    **_record(s.out(root), grid.metric, grid.report_metric)}
                    for s in specs if (s.out(root) / "summary.json").exists()]
     if not records:
         print("no finished runs yet")

@@ -3,3 +3,4 @@ from .datasets import DATASETS, ImageDataset, UnknownDataError, load_image_datas
 from .loader import BatchLoader, normalize_images  # noqa: F401
 from .partition import Partition, parse_partition, partition_indices  # noqa: F401
 from .sampler import DistributedSampler  # noqa: F401
+from .holdout import VAL_SEED, holdout_indices  # noqa: F401

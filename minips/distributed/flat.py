@@ -56,25 +56,31 @@ class FlatParams:
         num_grad_buffers: how many gradient buffers to allocate (>= 1).
         bucket_mb: target bucket size in MiB (a bucket closes once it reaches
             this size; one parameter is never split). ``0`` or ``inf`` = one bucket.
+        extra: float32 slots appended to every gradient buffer after the
+            gradient (``grads[i][numel:]``), for scalars an algorithm sends in
+            the same allreduce as the gradient (default 0).
 
     Attributes:
         weights: float32 (n,) buffer.
-        grads: list of float32 (n,) buffers.
+        grads: list of float32 (n + extra,) buffers (the ``p.grad`` views
+            cover the first n).
         offsets: ``offsets[i]`` = start of parameter i in the buffers.
         buckets: list of :class:`Bucket` in backward order.
         current: index of the gradient buffer the ``p.grad`` views point into.
 
     Raises:
         TypeError: a parameter is not float32.
-        ValueError: no parameters, or num_grad_buffers < 1.
+        ValueError: no parameters, num_grad_buffers < 1 or extra < 0.
     """
 
-    def __init__(self, params, num_grad_buffers: int = 1, bucket_mb: float = 0.0):
+    def __init__(self, params, num_grad_buffers: int = 1, bucket_mb: float = 0.0, extra: int = 0):
         self.params = list(params)
         if not self.params:
             raise ValueError("FlatParams: the model has no parameters")
         if num_grad_buffers < 1:
             raise ValueError(f"num_grad_buffers must be >= 1, got {num_grad_buffers}")
+        if extra < 0:
+            raise ValueError(f"extra must be >= 0, got {extra}")
         for i, p in enumerate(self.params):
             if p.dtype != np.float32:
                 raise TypeError(f"parameter {i} has dtype {p.dtype}; distributed training uses float32")
@@ -90,7 +96,8 @@ class FlatParams:
             view = self._view(self.weights, i)
             view[...] = p.data
             p.data = view
-        self.grads = [np.zeros(pos, np.float32) for _ in range(num_grad_buffers)]
+        self.extra = extra
+        self.grads = [np.zeros(pos + extra, np.float32) for _ in range(num_grad_buffers)]
         self.current = 0
         self.buckets = self._make_buckets(order, bucket_mb)
         self.bucket_of_param = {pid: b.index for b in self.buckets for pid in b.param_ids}

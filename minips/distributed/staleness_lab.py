@@ -8,7 +8,8 @@ and the predictor tests use. The step rule is the one of
 
     step t:  g_t = grad(w_t, batch_t)            (the "allreduce" of g_t starts)
              if t >= k:  G = g_{t-k};  d_t = predictor.predict(G, w_t, w_{t-k})
-                         w_{t+1} = SGD(w_t, d_t)  (momentum acts on d_t)
+                         w_{t+1} = SGD(w_t, d_t)  (momentum acts on d_t; a predictor
+                                                  with apply_step, spike, owns this step)
              else:       w_{t+1} = w_t            (pipeline fill: nothing arrived yet)
 
 With ``k = 0`` it is plain (synchronous) minibatch SGD.
@@ -106,7 +107,11 @@ def simulate_stale_sgd(grad_fn, w0: np.ndarray, predictor: str | Predictor = "la
             in_flight.append((g, w.copy()))
             if len(in_flight) > staleness:
                 G, w_then = in_flight.popleft()
-                opt.apply(0, w, pred.predict(G, w, w_then))
+                d = pred.predict(G, w, w_then)
+                if hasattr(pred, "apply_step"):  # a rule that owns the step (spike), as in pseudo-sync
+                    pred.apply_step(opt, w, d)
+                else:
+                    opt.apply(0, w, d)
                 diags.append(dict(pred.diagnostics))
         if loss_fn is not None and (t % record_every == 0 or t == steps - 1):
             f = loss_fn(w)

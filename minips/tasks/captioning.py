@@ -64,13 +64,35 @@ class CaptioningTask:
         self.frame_size = dataset.train_clips.shape[-1]
         self.pixel_stats = _pixel_stats(dataset.train_clips)
         self.train_arrays = (dataset.train_clips, dataset.train_ids)
+        self.val_split = None  # (clips, ids, texts) after hold_out
+
+    def hold_out(self, fraction: float, seed: int | None = None) -> None:
+        """Move a seeded random ``fraction`` of the training clips into a
+        validation split (:func:`minips.data.holdout_indices`; not stratified:
+        a clip holds several garments); ``evaluate(..., split="val")`` scores it.
+
+        Raises:
+            ValueError: a bad fraction (the message names ``--val-fraction``).
+        """
+        from ..data import VAL_SEED, holdout_indices
+        from ..data.moving_fmnist import ClipSet
+        ds = self.dataset
+        keep, val = holdout_indices(len(ds.train_ids), fraction, VAL_SEED if seed is None else seed)
+        c = ds.train_clips
+
+        def subset(idx):
+            return ClipSet(c.tables[idx], c.images, c.frames, c.size)
+        self.train_arrays = (subset(keep), ds.train_ids[keep])
+        self.val_split = (subset(val), ds.train_ids[val], [ds.train_text[i] for i in val])
 
     @staticmethod
     def samples(batch) -> int:
         return len(batch[0])
 
-    def evaluate(self, model, comm=None, batch_size: int = 500) -> dict:
-        """Test-set loss, BLEU, exact match and token accuracy of ``model``.
+    def evaluate(self, model, comm=None, batch_size: int = 500, split: str = "test") -> dict:
+        """Test-set loss, BLEU, exact match and token accuracy of ``model``
+        (with ``split="val"``: of the validation split of :meth:`hold_out`,
+        keys ``val_loss``, ``val_token_accuracy``, ``val_bleu``, ``val_exact_match``).
 
         - ``test_loss``: teacher-forced cross-entropy per real target token (nats);
         - ``token_accuracy``: fraction of real target tokens (words and <eos>)
@@ -84,16 +106,17 @@ class CaptioningTask:
         is put in eval mode and back.
         """
         ds = self.dataset
+        clips, all_ids, texts = (ds.test_clips, ds.test_ids, ds.test_text) if split == "test" else self.val_split
         rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
-        mine = np.arange(len(ds.test_ids))[rank::size]
-        ids, refs = ds.test_ids[mine], [ds.test_text[i] for i in mine]
+        mine = np.arange(len(all_ids))[rank::size]
+        ids, refs = all_ids[mine], [texts[i] for i in mine]
         was_training = model.training
         model.eval()
         loss_sum = correct = tokens = 0.0
         hyps = []
         with no_grad():
             for i in range(0, len(mine), batch_size):
-                c, y = ds.test_clips[mine[i:i + batch_size]], ids[i:i + batch_size]
+                c, y = clips[mine[i:i + batch_size]], ids[i:i + batch_size]
                 logits = model(c, y).data                   # (L-1, n, V)
                 target = y[:, 1:].T
                 real = target != Vocab.PAD
@@ -109,8 +132,11 @@ class CaptioningTask:
             loss_sum, correct, tokens = (comm.allreduce_scalar(v) for v in (loss_sum, correct, tokens))
             pairs = [p for part in comm.allgather(list(zip(hyps, refs))) for p in part]
             hyps, refs = [h for h, _ in pairs], [r for _, r in pairs]
-        return {"test_loss": loss_sum / tokens, "token_accuracy": correct / tokens,
-                **caption_metrics(hyps, list(refs))}
+        out = {"test_loss": loss_sum / tokens, "token_accuracy": correct / tokens,
+               **caption_metrics(hyps, list(refs))}
+        if split == "test":
+            return out
+        return {"val_" + k.removeprefix("test_"): v for k, v in out.items()}
 
 
 def make_captioning_task(name: str = DATA_NAME) -> CaptioningTask:

@@ -27,20 +27,36 @@ class ClassificationTask:
         self.input_shape = dataset.train_x.shape[1:]
         self.num_classes = dataset.num_classes
         self.train_arrays = (dataset.train_x, dataset.train_y)
+        self.val_arrays = None
         self.name = dataset.name
+
+    def hold_out(self, fraction: float, seed: int | None = None) -> None:
+        """Move a stratified, seeded ``fraction`` of the training set into a
+        validation split (:func:`minips.data.holdout_indices`); ``evaluate(...,
+        split="val")`` then scores it.
+
+        Raises:
+            ValueError: a bad fraction (the message names ``--val-fraction``).
+        """
+        from ..data import VAL_SEED, holdout_indices
+        x, y = self.dataset.train_x, self.dataset.train_y
+        keep, val = holdout_indices(y, fraction, VAL_SEED if seed is None else seed)
+        self.train_arrays, self.val_arrays = (x[keep], y[keep]), (x[val], y[val])
 
     @staticmethod
     def samples(batch) -> int:
         return len(batch[0])
 
-    def evaluate(self, model, comm=None, batch_size: int = 500) -> dict:
-        """Test loss (mean cross-entropy, nats) and accuracy of ``model``.
+    def evaluate(self, model, comm=None, batch_size: int = 500, split: str = "test") -> dict:
+        """Loss (mean cross-entropy, nats) and accuracy of ``model`` on the test
+        set (keys ``test_loss``, ``test_accuracy``) or, with ``split="val"``, on
+        the validation split of :meth:`hold_out` (``val_loss``, ``val_accuracy``).
 
-        With a communicator of P ranks, rank r evaluates test samples
+        With a communicator of P ranks, rank r evaluates samples
         ``r::P`` and the sums are allreduced, so every rank returns the same
-        numbers for the whole test set. The model is put in eval mode and back.
+        numbers for the whole set. The model is put in eval mode and back.
         """
-        x, y = self.dataset.test_x, self.dataset.test_y
+        x, y = (self.dataset.test_x, self.dataset.test_y) if split == "test" else self.val_arrays
         rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
         x, y = x[rank::size], y[rank::size]
         was_training = model.training
@@ -57,4 +73,4 @@ class ClassificationTask:
         n = float(len(y))
         if comm is not None and comm.size > 1:
             loss_sum, correct, n = (comm.allreduce_scalar(v) for v in (loss_sum, correct, n))
-        return {"test_loss": loss_sum / n, "test_accuracy": correct / n}
+        return {f"{split}_loss": loss_sum / n, f"{split}_accuracy": correct / n}

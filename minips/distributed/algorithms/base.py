@@ -132,7 +132,8 @@ class Algorithm:
         self.options = options if options is not None else build_options(type(self), **kw)
         self.comm = comm
         self.optimizer = optimizer
-        self.flat = FlatParams(params, num_grad_buffers=self.num_grad_buffers(), bucket_mb=self.bucket_mb())
+        self.flat = FlatParams(params, num_grad_buffers=self.num_grad_buffers(), bucket_mb=self.bucket_mb(),
+                               extra=self.grad_extra())
         self.handle = FlatHandle(self.flat)
         optimizer.set_params([self.handle])
         self.timer = StepTimer()
@@ -170,6 +171,11 @@ class Algorithm:
     def num_grad_buffers(self) -> int:
         """Flat gradient buffers to allocate (pseudo-sync rotates k+1)."""
         return 1
+
+    def grad_extra(self) -> int:
+        """float32 slots to append to every gradient buffer, allreduced with the
+        gradient (pseudo-sync's adaptive-local sends two regression sums)."""
+        return 0
 
     def bucket_mb(self) -> float:
         """Bucket size in MiB for per-bucket communication (0 = one bucket)."""

@@ -32,111 +32,23 @@ simulation (:mod:`minips.distributed.staleness_lab`).
   adaptive confidence ``lambda_t``. Our formulation of the seed paper's
   adaptive exponential-smoothing predictor (Wen et al., IJPP 2024); see
   docs/distributed.md.
+- :class:`~.local_predictors.LocalPredictor` (``local``) and
+  :class:`~.local_predictors.AdaptiveLocalPredictor` (``adaptive-local``): the
+  arrived average plus this rank's own gradient change (module
+  :mod:`.local_predictors`); ranks then hold slightly different weights.
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
-from ...kernels import impl, reference_kernels
+from ...kernels import reference_kernels
 from ...kernels import predict as kpredict
 from ...kernels import reference as kreference
+from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
+from .predictor_base import Predictor
 
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
-           "AdaptivePredictor", "PREDICTORS", "make_predictor"]
-
-
-class Predictor:
-    """Base class. Subclasses implement :meth:`forecast`; the base class keeps
-    the diagnostics common to all (forecast vs. arrived gradient).
-
-    Args:
-        staleness: k >= 1, the number of steps between computing a gradient
-            and applying it.
-
-    Attributes:
-        diagnostics: dict logged every step by the Trainer:
-            ``cos_forecast`` (cosine between the forecast made for step j and
-            the gradient G_j that later arrived), ``rel_error`` (``||F_j - G_j||
-            / ||G_{j-k} - G_j||``: < 1 means better than the naive stale
-            gradient), plus predictor-specific entries.
-    """
-
-    name = "base"
-
-    #: the correction term of the latest forecast (AESP sets it; others leave
-    #: None); kept with the forecast to score it when its gradient arrives.
-    last_correction = None
-
-    #: names of the constructor's options, recorded by :meth:`options`
-    OPTIONS: tuple = ()
-
-    def options(self) -> dict:
-        """The predictor's options as constructed (defaults included), e.g.
-        ``{"rho": 0.9, ...}``; the Trainer writes them to summary.json so a run
-        says exactly which predictor it used."""
-        return {"staleness": self.k, **{n: getattr(self, n) for n in self.OPTIONS}}
-
-    def __init__(self, staleness: int = 1):
-        if staleness < 1:
-            raise ValueError(f"staleness must be >= 1, got {staleness}")
-        self.k = staleness
-        self.diagnostics: dict = {}
-        # forecasts waiting for their true gradient, oldest first:
-        # (F_j, G_{j-k}, correction_j or None) for j = t-k+1..t
-        self._pending: deque = deque()
-
-    def predict(self, G: np.ndarray, w_now: np.ndarray, w_then: np.ndarray) -> np.ndarray:
-        """Direction for this step from the arrival ``G`` = G_{t-k}.
-
-        Args:
-            G: float32 (n,) averaged gradient computed at ``w_then``.
-            w_now: float32 (n,) current weights w_t.
-            w_then: float32 (n,) weights w_{t-k} at which ``G`` was computed.
-
-        Returns:
-            float32 (n,) update direction d_t (a new array; G is not modified).
-        """
-        self._score_arrival(G)
-        d = self.forecast(G, w_now, w_then)
-        self._pending.append((d.copy(), G.copy(), self.last_correction))
-        return d
-
-    def _score_arrival(self, G):
-        """G_j just arrived: compare it with the forecast made for step j (one
-        fused pass over the vectors: :func:`minips.kernels.predict.arrival_sums`)."""
-        self.diagnostics = {}
-        if len(self._pending) < self.k:
-            return
-        F, G_naive, c = self._pending.popleft()
-        s = impl(kpredict).arrival_sums(G, G_naive, F, c)
-        self.diagnostics["cos_forecast"] = s["FG"] / np.sqrt(s["FF"] * s["GG"]) if s["FF"] * s["GG"] > 0 else 0.0
-        self.diagnostics["rel_error"] = float(np.sqrt(s["err"] / s["naive_err"])) if s["naive_err"] > 0 else 1.0
-        self.on_arrival(s)
-
-    def on_arrival(self, sums: dict) -> None:
-        """Hook: the true gradient G_j of the oldest pending forecast arrived;
-        ``sums`` holds the inner products of :func:`minips.kernels.predict.arrival_sums`."""
-
-    def forecast(self, G, w_now, w_then) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def lookahead_weights(self, w: np.ndarray, optimizer) -> np.ndarray | None:
-        """Weights at which to compute this step's gradient (None = at ``w``)."""
-        return None
-
-    # --- checkpoint state -----------------------------------------------------
-    def state_dict(self) -> dict:
-        """Arrays and scalars to save; restored by :meth:`load_state_dict`."""
-        return {"pending_F": [f for f, _, _ in self._pending], "pending_G": [g for _, g, _ in self._pending],
-                "pending_c": [c for _, _, c in self._pending]}
-
-    def load_state_dict(self, state: dict) -> None:
-        F, G = state.get("pending_F", []), state.get("pending_G", [])
-        c = state.get("pending_c", [None] * len(F))
-        self._pending = deque((np.asarray(f, np.float32), np.asarray(g, np.float32),
-                               None if x is None else np.asarray(x, np.float32)) for f, g, x in zip(F, G, c))
+           "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "PREDICTORS", "make_predictor"]
 
 
 class LastPredictor(Predictor):
@@ -370,7 +282,7 @@ class AdaptivePredictor(Predictor):
 
 
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
-                                        AdaptivePredictor)}
+                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:

@@ -11,14 +11,19 @@ Parallel Programming (2024). Step t on every rank (k = staleness >= 1)::
     4. d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})
     5. w_{t+1} = optimizer(w_t, d_t)                    (momentum acts on d_t)
 
-Every rank applies the same d_t to the same w_t, so the replicas stay
-bit-identical: the method is synchronous in its maths ("pseudo") but the
-network never stalls the computation unless an allreduce takes longer than k
-steps of compute.
+With the replicated predictors every rank applies the same d_t to the same
+w_t, so the replicas stay bit-identical: the method is synchronous in its maths
+("pseudo") but the network never stalls the computation unless an allreduce
+takes longer than k steps of compute. The local-anchored predictors (``local``,
+``adaptive-local``, :mod:`.local_predictors`) also use the rank's own fresh
+gradient g_t in step 4; ranks then hold slightly different weights
+(``replicated`` is False: the Trainer logs the consensus distance, evaluates
+the averaged weights and checkpoints every rank's state).
 
 Pipeline fill: in steps 0..k-1 no result has arrived, so those steps post their
-allreduce and do not update (as the start-up phase of a pipeline). Each
-averaged gradient is applied exactly once, k steps after it was computed.
+allreduce and do not update (as the start-up phase of a pipeline), except with
+a local-anchored predictor, which applies g_t (its fill rule). Each averaged
+gradient is applied exactly once, k steps after it was computed.
 
 Buffers: k+1 flat gradient buffers rotate: up to k in flight (read-only while
 pending) and one that the next backward writes into.
@@ -34,10 +39,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import Algorithm
+from .delay_compensation import COMPENSATIONS
 from .predictors import PREDICTORS, make_predictor
 from .spec import convert_value
 
 __all__ = ["PseudoSyncSGD"]
+
+# The replicated delay compensations (spike, dc-asgd, gap-aware) live in their own module and
+# subclass predictors.Predictor, so predictors.py cannot import them (an import circle): they
+# join its table here, before the Options below read it.
+PREDICTORS.update(COMPENSATIONS)
 
 
 class _Pending:
@@ -56,8 +67,9 @@ class PseudoSyncSGD(Algorithm):
     Options (spec ``pseudo-sync:predictor=adaptive:staleness=2:rho=0.95``, or
     positionally ``pseudo-sync:adaptive:2``):
         staleness: k >= 1 (default 1).
-        predictor: ``last``, ``ema``, ``holt``, ``lookahead`` or ``adaptive``
-            (default; see :mod:`minips.distributed.algorithms.predictors`).
+        predictor: ``last``, ``ema``, ``holt``, ``lookahead``, ``adaptive``
+            (default; see :mod:`minips.distributed.algorithms.predictors`),
+            ``local`` or ``adaptive-local`` (:mod:`.local_predictors`).
         predictor_options: the predictor's options (e.g. ``{"rho": 0.9}``);
             in a spec, any key that is not staleness or predictor goes here.
 
@@ -126,8 +138,16 @@ class PseudoSyncSGD(Algorithm):
         A = net.allreduce_time(profile.grad_bytes, P)
         return C + phi * min(A, C) + max(0.0, A - C)
 
+    @classmethod
+    def keeps_replicas(cls, options) -> bool:
+        # a predictor that uses the rank's own gradient lets the ranks' weights differ
+        return not PREDICTORS[options.predictor].uses_local_gradient
+
     def num_grad_buffers(self) -> int:
         return self.options.staleness + 1
+
+    def grad_extra(self) -> int:
+        return PREDICTORS[self.options.predictor].extra_floats  # e.g. adaptive-local's regression sums
 
     def setup(self) -> None:
         o = self.options
@@ -158,23 +178,45 @@ class PseudoSyncSGD(Algorithm):
         finally:
             self.flat.weights[...] = w_actual
 
+    def apply_update(self, direction: np.ndarray) -> None:
+        """The optimizer step, unless the predictor owns it: a rule that changes
+        the step itself (``spike`` rescales the momentum term and adds the missed
+        steps) has ``apply_step(optimizer, w, d)``, and pseudo-sync calls it instead."""
+        own = getattr(self.predictor, "apply_step", None)
+        if own is None:
+            return super().apply_update(direction)
+        with self.timer.phase("update"):
+            own(self.optimizer, self.flat.weights, direction)
+
     def step(self) -> None:
+        p, n = self.predictor, self.flat.numel
+        if p.uses_local_gradient:  # keep g_t before the allreduce overwrites it with the sum
+            with self.timer.phase("predict"):
+                p.observe_local(self.flat.grads[self.flat.current][:n])
         self._post_fresh_gradient()
         self.log = {}
+        d = None
         if len(self.pipeline) > self.k:
             G, w_then = self._complete_oldest()
             with self.timer.phase("predict"):
-                d = self.predictor.predict(G, self.flat.weights, w_then)
+                if self.flat.extra:  # the tail: the ranks' mean of what p.payload() posted with G
+                    p.receive(G[n:])
+                d = p.predict(G[:n], self.flat.weights, w_then)
             if self._released is not None:  # G consumed: its buffer is reusable
                 self.free.append(self._released)
+        else:
+            d = p.fill()  # pipeline fill: None (no update), or the local rule's g_t
+        if d is not None:
             self.apply_update(d)
-            self.log = dict(self.predictor.diagnostics)
+            self.log = dict(p.diagnostics)
         self.flat.use_grad_buffer(self.free.popleft())
         self.end_step()
 
     # 2. Start averaging the fresh gradient; it completes while the next step computes.
     def _post_fresh_gradient(self) -> None:
         cur = self.flat.current
+        if self.flat.extra:  # scalars that ride in the same Iallreduce as the gradient
+            self.flat.grads[cur][self.flat.numel:] = self.predictor.payload()
         with self.timer.phase("post"):
             req = self.comm.iallreduce(self.flat.grads[cur], lock=self.flat.grad_views(cur),
                                        tag=self.step_count)
