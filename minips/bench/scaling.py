@@ -535,7 +535,7 @@ def _plot_projection_by_family(result: dict, path, plt) -> None:
     cfg = result["config"]
     fig.suptitle(f"projected weak-scaling efficiency E(P) = T(1) / T(P) of every family: {cfg['model']}, "
                  f"{result['grad_bytes'] / 1e6:.2f} MB gradient, per-node step measured at P=1 here; "
-                 f"phi = {result['project_interference']}; default options", fontsize=9)
+                 f"phi = {result['project_interference']}; options as labelled (a bare name: its defaults)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(path, dpi=110)
     plt.close(fig)
