@@ -286,7 +286,9 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     backward, update, other: the baseline's P = 1 row, else the first P = 1 row),
     and each adds its own measured extra compute (predictor, compressor, ...).
     ``also``: further algorithm specs projected from that shared profile with
-    no extra compute of their own (not measured)."""
+    no measured extra compute (not measured; what their model computes itself,
+    e.g. compression at its per-entry cost, is in their ``step_time``).
+    ``shapes``: the model's parameter shapes (for PowerSGD's factor sizes)."""
     import dataclasses
 
     from ..distributed.costmodel import parse_network
