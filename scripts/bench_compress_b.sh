@@ -3,7 +3,7 @@
 # test accuracy and bytes sent per rank per step (and the ratio to sync's) at 4 ranks,
 # oversubscribed on a 2-core machine (accuracy and bytes only, not time).
 # Mini set, ConvNet, 3 epochs, seed 0, fixed learning rate 0.05 (--schedule constant),
-# each method at its default setting (docs/compression-methods-draft.md says why), except
+# each method at its default setting (docs/compression.md says why), except
 # ssd-sgd at period 2 (at period 4 it diverged here: p4-ssd-sgd-period4-diverged.txt) and
 # qprsgd's gossip mode with QSGD s=32 (at the default s=4 it diverged: p4-qprsgd-gossip-s4-diverged.txt).
 # A method whose JSON is already in OUTDIR is skipped (rerun after a failure); a failed run is noted.

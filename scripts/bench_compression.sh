@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The compression methods of branch compress-a side by side (docs/compression-draft.md):
+# The compression methods of batch A side by side (docs/compression.md):
 # accuracy and bytes sent per rank per step at 4 ranks (oversubscribed on a 2-core machine:
 # accuracy and bytes only, not time). Mini set, ConvNet, 3 epochs, seed 0, the compare
 # defaults (lr 0.05, momentum 0.9, Nesterov, batch 32 per rank); no setting was tuned on

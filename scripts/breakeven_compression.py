@@ -1,5 +1,6 @@
 """Where compression stops paying: the cost models of the compression methods
-against sync's, for the mini set's ConvNet (d = 421642 floats).
+against sync's, for the mini set's ConvNet (d = 421642 floats; its layer
+shapes go into the profile, so PowerSGD's factor sizes are exact).
 
     python scripts/breakeven_compression.py [--out FILE.json]
 
@@ -13,23 +14,36 @@ decompress_ns) and the alpha-beta model of each exchange. Both sides are
 linear in beta, so at the preset latency alpha the break-even inverse
 bandwidth is found by bisection: below that bandwidth the method is faster.
 Prints, per method and P, the modelled times on 10 GbE and the break-even
-link speed in Gb/s.
+link speed in Gb/s. ssd-sgd is left out: what it saves is overlap with
+compute (it sends the whole gradient every k steps), which this
+compute-free comparison cannot show.
 """
 import argparse
 import json
 
+import numpy as np
+
 from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NETWORKS, NetworkModel
 from minips.distributed.projection import StepProfile
+from minips.models import build_model
+from minips.tasks import make_task
 
-D = 421642
+SHAPES = tuple(tuple(p.shape) for p in build_model("convnet", make_task("fashion-mnist-mini")).parameters())
+D = sum(int(np.prod(s)) for s in SHAPES)
 SPECS = ["topk-sgd:ratio=0.01", "topk-sgd:compressor=randomk:ratio=0.01", "qsgd:s=15", "powersgd:rank=2",
-         "gs-sgd:ratio=0.01", "gaussian-avg:ratio=0.05", "gaussian-avg:kernel:period=8"]
+         "gs-sgd:ratio=0.01", "gaussian-avg:ratio=0.05", "gaussian-avg:kernel:period=8",
+         "pqasgd", "qprsgd", "qprsgd:mode=gossip", "choco-sgd"]
+
+
+def profile():
+    """No compute (it cancels), the ConvNet's gradient and layer shapes."""
+    return StepProfile(forward=0.0, backward=0.0, grad_bytes=4 * D, shapes=SHAPES)
 
 
 def gain(spec, P, net):
     """sync's modelled step minus the method's (seconds; > 0: compression pays)."""
-    prof = StepProfile(forward=0.0, backward=0.0, grad_bytes=4 * D)
+    prof = profile()
     return resolve("sync").step_time(prof, P, net) - resolve(spec).step_time(prof, P, net)
 
 
@@ -53,7 +67,7 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     net = NETWORKS["10gbe"]
-    prof0 = StepProfile(forward=0.0, backward=0.0, grad_bytes=4 * D)
+    prof0 = profile()
     rows = []
     print(f"d = {D} floats; network 10 GbE (alpha {net.alpha * 1e6:.0f} us); times in ms per step, compute excluded")
     print(f"{'method':42s} {'P':>3s} {'sync comm':>10s} {'method':>9s} {'of which compression':>21s} "

@@ -1,4 +1,4 @@
-"""The table of docs/compression-draft.md from finished runs' summary.json files.
+"""The batch-A table of docs/compression.md from finished runs' summary.json files.
 
     python scripts/compression_table.py RUN_DIR [RUN_DIR ...] [--json OUT]
 

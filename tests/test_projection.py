@@ -251,3 +251,104 @@ def test_every_registered_algorithm_has_a_hand_computed_cost_case():
     covered |= {n.replace("_", "-") for n in re.findall(r"def step_time_(\w+)\(", src)}
     missing = [name for name in ALGORITHMS if name not in covered]
     assert missing == [], f"no hand-computed step_time case for {missing}"
+
+
+def test_compression_models_by_hand():
+    """The compression family's cost models at P = 4 on 1 us / 1 GB/s with a
+    1 MB gradient (d = 250 000 floats) and 50 ms of compute (PROF), written out
+    from their rules. Compression compute is d x (compress + decodes x
+    decompress) at the compressors' measured CPU ns per entry
+    (docs/bench/compression/compress-time.json), pinned first so that a new
+    measurement shows up here. a(n) = ring allreduce = 6 us + 1.5 n ns;
+    g(n) = ring allgatherv of four n-byte payloads = 3 (1 us + n ns);
+    a ring neighbour exchange (degree 2) = 2 (1 us + n ns)."""
+    from minips.distributed.algorithms.powersgd import FLOPS
+    from minips.distributed.compression import COMPRESSORS
+
+    rates = {name: (COMPRESSORS[name].compress_ns, COMPRESSORS[name].decompress_ns)
+             for name in ("topk", "randomk", "qsgd-quant", "countsketch", "gaussian", "sign")}
+    assert rates == {"topk": (10.5, 0.08), "randomk": (0.39, 0.46), "qsgd-quant": (28.0, 8.0),
+                     "countsketch": (4.1, 58.0), "gaussian": (0.81, 0.51), "sign": (0.64, 0.4)}
+    assert FLOPS == 1.8e10
+    C, d, ns = 0.05, 250_000, 1e-9
+
+    # topk-sgd, ratio 0.01: k = 2500, payload 2500 x (4 B value + 4 B index) = 20 000 B, not summable:
+    # allgatherv, and 4 payloads decoded
+    assert step_time("topk-sgd", PROF, 4, NET) == pytest.approx(C + d * (10.5 + 4 * 0.08) * ns + 3 * (1e-6 + 20_000e-9))
+    # one rank: no network, but it still compresses and decodes its own payload
+    assert step_time("topk-sgd", PROF, 1, NET) == pytest.approx(C + d * (10.5 + 0.08) * ns)
+    # random-k (shared seed) is summable: one allreduce of 2500 floats = 10 000 B, one decode
+    assert step_time("topk-sgd:compressor=randomk", PROF, 4, NET) == pytest.approx(
+        C + d * (0.39 + 0.46) * ns + 6e-6 + 1.5 * 10_000e-9)
+
+    # qsgd, s = 15 -> ceil(log2 31) = 5 bits: 4 B x ceil(250000 / 512) = 4 x 489 = 1956 B of norms
+    # + 5 x 250000 / 8 = 156 250 B of codes = 158 206 B, allgathered; 4 decodes
+    assert step_time("qsgd", PROF, 4, NET) == pytest.approx(C + d * (28 + 4 * 8) * ns + 3 * (1e-6 + 158_206e-9))
+    # s = 1 -> 2 bits: 1956 + 62 500 = 64 456 B (the per-entry rates are s = 15's)
+    assert step_time("qsgd:s=1", PROF, 4, NET) == pytest.approx(C + 0.015 + 3 * (1e-6 + 64_456e-9))
+
+    # powersgd, r = 2, no layer shapes: one 500 x 500 matrix, p = q = 2 x 500 floats = 4000 B per
+    # allreduce (6 us + 6 us each), 4 r d = 2e6 multiply-adds at 1.8e10 /s
+    assert step_time("powersgd", PROF, 4, NET) == pytest.approx(C + 2e6 / 1.8e10 + 2 * 12e-6)
+    # with the shapes: 1000 x 240 and a conv kernel 8 x (3 x 5 x 5) = 8 x 75 are compressed, the
+    # bias (1000) and a 3 x 4 matrix (r (3 + 4) = 14 >= 12) ride along in the first allreduce:
+    # p = 2 x 1000 + 2 x 8 + 1000 + 12 = 3028 floats = 12 112 B; q = 2 x 240 + 2 x 75 = 630 floats = 2520 B;
+    # 4 r (240 000 + 600) = 1 924 800 multiply-adds
+    shaped = StepProfile(0.02, 0.03, grad_bytes=4 * (240_000 + 1000 + 600 + 12),
+                         shapes=((1000, 240), (1000,), (8, 3, 5, 5), (3, 4)))
+    assert step_time("powersgd", shaped, 4, NET) == pytest.approx(
+        C + 1_924_800 / 1.8e10 + (6e-6 + 1.5 * 12_112e-9) + (6e-6 + 1.5 * 2520e-9))
+
+    # gs-sgd, ratio 0.01: k = 2500, sketch 5 rows x 4k = 10 000 columns = 200 000 B allreduced, then the
+    # exact values of the k entries (10 000 B); sketch + query of all d (4.1 + 58 ns) and the top-k of
+    # the d estimates (10.5 ns, top-k's compress)
+    sketching = d * (4.1 + 58) * ns + d * 10.5 * ns
+    assert step_time("gs-sgd", PROF, 4, NET) == pytest.approx(
+        C + sketching + (6e-6 + 1.5 * 200_000e-9) + (6e-6 + 1.5 * 10_000e-9))
+    assert step_time("gs-sgd:second-round=false", PROF, 4, NET) == pytest.approx(
+        C + sketching + 6e-6 + 1.5 * 200_000e-9)
+
+    # gaussian-avg, projection: m_b = ceil(0.05 x 256) = 13 floats per block of 256, ceil(250000/256) =
+    # 977 blocks: 4 x 977 x 13 = 50 804 B in one allreduce (summable), one decode
+    assert step_time("gaussian-avg", PROF, 4, NET) == pytest.approx(
+        C + d * (0.81 + 0.51) * ns + 6e-6 + 1.5 * 50_804e-9)
+    # kernel reading, H = 8: the mean (1 MB), the min of the distances (8 B), the weighted sum and
+    # its normaliser (1 MB + 4 B), once per 8 steps
+    assert step_time("gaussian-avg:kernel", PROF, 4, NET) == pytest.approx(
+        C + ((6e-6 + 1.5e-3) + (6e-6 + 1.5 * 8e-9) + (6e-6 + 1.5 * 1_000_004e-9)) / 8)
+
+    # pqasgd: period 2, QSGD s = 1 (64 456 B, allgathered), compress + 4 decodes, every other step
+    assert step_time("pqasgd", PROF, 4, NET) == pytest.approx(
+        C + (d * (28 + 4 * 8) * ns + 3 * (1e-6 + 64_456e-9)) / 2)
+
+    # ssd-sgd, k = 2: the 1 MB allreduce (1.506 ms) hides behind one step's 50 ms; the default warm-up
+    # (a tenth of the run) is synchronous: + 0.1 x 1.506 ms
+    a4 = 6e-6 + 1.5e-3
+    assert step_time("ssd-sgd", PROF, 4, NET) == pytest.approx(C + 0.1 * a4)
+    assert step_time("ssd-sgd:warmup=0", PROF, 4, NET) == pytest.approx(C)
+    assert step_time("ssd-sgd:warmup=0", PROF, 4, NET, interference=1.0) == pytest.approx(C + a4 / 2)
+    assert step_time("ssd-sgd:period=1:warmup=0", PROF, 4, NET) == pytest.approx(C + a4)   # = sync
+    slow = NetworkModel(0.0, 4e-8, "slow")  # allreduce 1.5 x 1e6 x 4e-8 = 60 ms: 10 ms of it show, every 2 steps
+    assert step_time("ssd-sgd:warmup=0", PROF, 4, slow) == pytest.approx(C + 0.01 / 2)
+
+    # qprsgd, K = 8, QSGD s = 4 (4 bits: 1956 + 125 000 = 126 956 B, allgathered), 4 decodes
+    assert step_time("qprsgd", PROF, 4, NET) == pytest.approx(
+        C + (d * (28 + 4 * 8) * ns + 3 * (1e-6 + 126_956e-9)) / 8)
+    # gossip mode on the ring: s = 32 (7 bits: 1956 + 218 750 = 220 706 B) to 2 neighbours, 3 decodes
+    assert step_time("qprsgd:mode=gossip", PROF, 4, NET) == pytest.approx(
+        C + (d * (28 + 3 * 8) * ns + 2 * (1e-6 + 220_706e-9)) / 8)
+
+    # choco-sgd: ring, scaled sign (4 B scale + 250000 / 8 = 31 250 B of signs = 31 254 B) to 2
+    # neighbours every step, 3 decodes (own + 2); P = 2: one neighbour; P = 1: own decode only
+    assert step_time("choco-sgd", PROF, 4, NET) == pytest.approx(C + d * (0.64 + 3 * 0.4) * ns + 2 * (1e-6 + 31_254e-9))
+    assert step_time("choco-sgd", PROF, 2, NET) == pytest.approx(C + d * (0.64 + 2 * 0.4) * ns + 1e-6 + 31_254e-9)
+    assert step_time("choco-sgd", PROF, 1, NET) == pytest.approx(C + d * (0.64 + 0.4) * ns)
+    assert step_time("choco-sgd:compressor=topk:ratio=0.01", PROF, 4, NET) == pytest.approx(
+        C + d * (10.5 + 3 * 0.08) * ns + 2 * (1e-6 + 20_000e-9))
+
+
+def test_profile_shapes_must_match_the_gradient():
+    with pytest.raises(ValueError, match="shapes hold 12 floats"):
+        StepProfile(0.0, 0.0, grad_bytes=100, shapes=((3, 4),))
+    s = {"step_time_s": 0.1, "time_breakdown": {"forward": 0.03, "backward": 0.04, "update": 0.0}}
+    assert StepProfile.from_summary(s, 48, shapes=[[3, 4]]).shapes == ((3, 4),)

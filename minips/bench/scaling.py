@@ -204,20 +204,21 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
     return rows
 
 
-def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int]]:
-    """(gradient bytes, overlap-sync bucket bytes in backward order) of ``model``."""
+def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int], list[tuple]]:
+    """(gradient bytes, overlap-sync bucket bytes in backward order, parameter
+    shapes) of ``model``."""
     from ..distributed.flat import FlatParams
     from ..models import build_model
     from ..tasks import make_task
 
     m = build_model(model, make_task(data))
     flat = FlatParams(m.parameters(), num_grad_buffers=1, bucket_mb=bucket_mb)
-    return flat.numel * 4, [b.nbytes for b in flat.buckets]
+    return flat.numel * 4, [b.nbytes for b in flat.buckets], [tuple(p.shape) for p in m.parameters()]
 
 
-def _profile(row: dict, grad_bytes: int, buckets):
+def _profile(row: dict, grad_bytes: int, buckets, shapes=()):
     from ..distributed.projection import StepProfile
-    return StepProfile.from_summary(row, grad_bytes, buckets)
+    return StepProfile.from_summary(row, grad_bytes, buckets, shapes=shapes)
 
 
 def _own_compute(row: dict) -> float:
@@ -279,7 +280,7 @@ def _spec_of(row: dict) -> str:
 
 
 def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0,
-               also=()) -> dict:
+               also=(), shapes=()) -> dict:
     """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
 
     At P = 1 every algorithm computes the same thing, and their measured
@@ -287,7 +288,9 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     backward, update, other: the baseline's P = 1 row, else the first P = 1 row),
     and each adds its own measured extra compute (predictor, compressor, ...).
     ``also``: further algorithm specs projected from that shared profile with
-    no extra compute of their own (not measured)."""
+    no measured extra compute (not measured; what their model computes itself,
+    e.g. compression at its per-entry cost, is in their ``step_time``).
+    ``shapes``: the model's parameter shapes (for PowerSGD's factor sizes)."""
     import dataclasses
 
     from ..distributed.costmodel import parse_network
@@ -296,7 +299,7 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     ones = [r for r in rows if r["P"] == 1]
     if not ones:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
-    base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets)
+    base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets, shapes)
     profiles = {_spec_of(r): dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
     for spec in also:
         profiles.setdefault(spec, base)
@@ -509,7 +512,13 @@ def plot_projection(result: dict, path) -> None:
 
 def _plot_projection_by_family(result: dict, path, plt) -> None:
     """E(P) against nodes: one row of panels per algorithm family, one column
-    per interconnect; the baseline (grey) is drawn in every panel."""
+    per interconnect; the baseline (grey) is drawn in every panel. An
+    algorithm whose one-node step is more than 1 % longer than the baseline's
+    (its own compute: a predictor, a compressor) also gets a thin dotted line
+    of its throughput per node relative to the baseline on one node,
+    ``T_base(1) / T(P)``, which E(P) hides."""
+    from matplotlib.lines import Line2D
+
     proj = result["projection"]
     first = next(iter(proj.values()))
     base = first.get("baseline")
@@ -517,11 +526,12 @@ def _plot_projection_by_family(result: dict, path, plt) -> None:
     for algo in first["algos"]:
         if algo != base:
             families.setdefault(_family(algo), []).append(algo)
-    fig, axes = plt.subplots(len(families), len(proj), figsize=(4.4 * len(proj), 3.1 * len(families)),
+    fig, axes = plt.subplots(len(families), len(proj), figsize=(4.4 * len(proj) + 1.6, 3.1 * len(families)),
                              sharey=True, sharex=True, squeeze=False)
     styles = ("-", "--", "-.", ":")
     colors = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is the baseline's
     for r, (fam, members) in enumerate(families.items()):
+        dotted = False
         for c, p in enumerate(proj.values()):
             ax = axes[r][c]
             if base in p["algos"]:
@@ -530,9 +540,14 @@ def _plot_projection_by_family(result: dict, path, plt) -> None:
                             label=f"{base} (baseline)")
             for i, algo in enumerate(members):
                 rows = p["algos"][algo]
+                color = colors[i % len(colors)]
                 ax.semilogx(rows["P"], [100 * e for e in rows["efficiency"]], base=2, lw=1.6,
-                            color=colors[i % len(colors)], linestyle=styles[(i // len(colors)) % len(styles)],
+                            color=color, linestyle=styles[(i // len(colors)) % len(styles)],
                             marker="os^vD<>ph*"[i % 10], ms=3, label=algo)
+                vs = rows.get("vs_baseline_1")
+                if vs and vs[0] < 1 / 1.01:  # T(1) more than 1 % above the baseline's
+                    ax.semilogx(rows["P"], [100 * v for v in vs], base=2, lw=0.9, color=color, linestyle=":")
+                    dotted = True
             ax.set_ylim(0, 105)
             ax.grid(alpha=0.3, which="both")
             if r == 0:
@@ -541,12 +556,16 @@ def _plot_projection_by_family(result: dict, path, plt) -> None:
                 ax.set_ylabel(f"{fam}\nE(P) %", fontsize=8)
             if r == len(families) - 1:
                 ax.set_xlabel("nodes P (one rank each)")
-        axes[r][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        handles, labels = axes[r][-1].get_legend_handles_labels()
+        if dotted:
+            handles.append(Line2D([], [], color="k", lw=0.9, linestyle=":"))
+            labels.append(f"dotted: T_{base}(1) / T(P)")
+        axes[r][-1].legend(handles, labels, fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
     cfg = result["config"]
-    fig.suptitle(f"projected weak-scaling efficiency of every family: {cfg['model']}, "
+    fig.suptitle(f"projected weak-scaling efficiency E(P) = T(1) / T(P) of every family: {cfg['model']}, "
                  f"{result['grad_bytes'] / 1e6:.2f} MB gradient, per-node step measured at P=1 here; "
-                 f"phi = {result['project_interference']}; default options", fontsize=9)
-    fig.tight_layout()
+                 f"phi = {result['project_interference']}; options as labelled (a bare name: its defaults)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -607,7 +626,7 @@ def run(args) -> int:
                            "load_end": _load_avg(), "seconds": time.time() - t0, "python": sys.version.split()[0]},
                   "measured": rows}
     cfg = result["config"]
-    grad_bytes, buckets = _grad_layout(cfg["model"], cfg["data"], cfg["bucket_mb"])
+    grad_bytes, buckets, shapes = _grad_layout(cfg["model"], cfg["data"], cfg["bucket_mb"])
     result["grad_bytes"], result["buckets"] = grad_bytes, buckets
     fit_net, phi_fit = (None, None)
     if args.comm_json:
@@ -624,7 +643,7 @@ def run(args) -> int:
     also = project_also(args.project_also, rows)
     result["project_also"] = also
     result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference,
-                                      also) if nets else {}
+                                      also, shapes) if nets else {}
     result["paper_points"] = reported_points()
     _print_measured(rows, say)
     _print_check(result["model_check"], say)

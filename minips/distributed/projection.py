@@ -66,9 +66,12 @@ class StepProfile:
         grad_bytes: bytes of the gradient allreduced each step (4 x parameters).
         buckets: bytes of each overlap-sync bucket, in backward order (sums to
             ``grad_bytes``); empty = one bucket.
+        shapes: the model's parameter shapes (tuples of ints), for cost
+            models that depend on the layers (PowerSGD's factor sizes);
+            empty = unknown (such a model then estimates from grad_bytes).
 
     Raises:
-        ValueError: a negative time, or buckets that do not sum to grad_bytes.
+        ValueError: a negative time, or buckets or shapes that do not sum to grad_bytes.
     """
     forward: float
     backward: float
@@ -77,6 +80,7 @@ class StepProfile:
     other: float = 0.0
     grad_bytes: float = 0.0
     buckets: tuple = field(default_factory=tuple)
+    shapes: tuple = field(default_factory=tuple)
 
     def __post_init__(self):
         for name in ("forward", "backward", "update", "predict", "other", "grad_bytes"):
@@ -84,6 +88,10 @@ class StepProfile:
                 raise ValueError(f"StepProfile.{name} must be >= 0, got {getattr(self, name)}")
         if self.buckets and not math.isclose(sum(self.buckets), self.grad_bytes, rel_tol=1e-9):
             raise ValueError(f"StepProfile: buckets sum to {sum(self.buckets)} bytes, grad_bytes is {self.grad_bytes}")
+        if self.shapes and not math.isclose(4 * sum(math.prod(s) for s in self.shapes), self.grad_bytes,
+                                            rel_tol=1e-9):
+            raise ValueError(f"StepProfile: shapes hold {sum(math.prod(s) for s in self.shapes)} floats "
+                             f"(4 bytes each), grad_bytes is {self.grad_bytes}")
 
     @property
     def compute(self) -> float:
@@ -91,7 +99,8 @@ class StepProfile:
         return self.forward + self.backward + self.update + self.other
 
     @classmethod
-    def from_summary(cls, summary: dict, grad_bytes: float, buckets=(), include_other: bool = True) -> "StepProfile":
+    def from_summary(cls, summary: dict, grad_bytes: float, buckets=(), include_other: bool = True,
+                     shapes=()) -> "StepProfile":
         """From a ``summary.json`` of ``train`` (its ``time_breakdown`` and
         ``step_time_s``); ``other`` = step time minus the phases, minus wait
         and post (so a summary from a multi-rank run gives its compute only)."""
@@ -99,7 +108,8 @@ class StepProfile:
         phases = sum(b.values())
         other = max(0.0, summary["step_time_s"] - phases) if include_other else 0.0
         return cls(forward=b["forward"], backward=b["backward"], update=b["update"], predict=b.get("predict", 0.0),
-                   other=other, grad_bytes=float(grad_bytes), buckets=tuple(float(x) for x in buckets))
+                   other=other, grad_bytes=float(grad_bytes), buckets=tuple(float(x) for x in buckets),
+                   shapes=tuple(tuple(int(n) for n in s) for s in shapes))
 
 
 def rabenseifner_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:

@@ -88,11 +88,12 @@ class GaussianAveraging(Algorithm):
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """projection: ``compute + projection + A(4 m)`` (projection: compress
         and decompress at the compressor's per-entry costs); kernel:
-        ``compute + (2 A(4 d) + A(4 (d + 1))) / H`` (the mean, then the
-        weighted sum; scalars not charged)."""
+        ``compute + (A(4 d) + A(8) + A(4 (d + 1))) / H`` (the mean, the
+        scalar minimum of the distances, then the weighted sum and its
+        normaliser)."""
         d = int(profile.grad_bytes // 4)
         if options.reading == "kernel":
-            meet = net.allreduce_time(4 * d, P) + net.allreduce_time(4 * (d + 1), P)
+            meet = net.allreduce_time(4 * d, P) + net.allreduce_time(8, P) + net.allreduce_time(4 * (d + 1), P)
             return profile.compute + meet / options.period
         c = cls._projector(options)
         return profile.compute + c.seconds(d) + net.allreduce_time(c.payload_bytes(d), P)

@@ -79,13 +79,16 @@ class GlobalSketchSGD(Algorithm):
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """``T = compute + sketching + A(4 rows cols) [+ A(4 k)]``: blocking
-        allreduces; sketching = count-sketch compress and the query of all d
-        entries, from the compressor's per-entry costs."""
+        """``T = compute + sketching + selection + A(4 rows cols) [+ A(4 k)]``:
+        blocking allreduces; sketching = count-sketch compress and the query of
+        all d entries, selection = the top-k of the d estimates (argpartition,
+        as top-k's compress), both from the compressors' measured per-entry
+        costs."""
         d = int(profile.grad_bytes // 4)
         k, cols = cls.sizes(options, d)
         cs = make_compressor("countsketch", rows=options.rows, cols=max(2, cols))
-        t = profile.compute + cs.seconds(d) + net.allreduce_time(4 * options.rows * cols, P)
+        select = make_compressor("topk", k=k).compress_ns * d * 1e-9
+        t = profile.compute + cs.seconds(d) + select + net.allreduce_time(4 * options.rows * cols, P)
         return t + (net.allreduce_time(4 * k, P) if options.second_round else 0.0)
 
     def setup(self) -> None:

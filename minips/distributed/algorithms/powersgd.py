@@ -103,15 +103,22 @@ class PowerSGD(Algorithm):
 
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
-        """``T = compute + 4 n m r / FLOPS + A(4 p) + A(4 q)``: two blocking
-        allreduces of the factors (p, q floats); without the model's layer
-        shapes the profile gives only d = grad_bytes / 4, so the matrices are
-        taken as one square ``sqrt(d) x sqrt(d)`` (an estimate: p = q = r sqrt(d))."""
-        d = profile.grad_bytes / 4
-        side = np.sqrt(d)
-        p = q = options.rank * side
-        return (profile.compute + 4 * d * options.rank / FLOPS
-                + net.allreduce_time(4 * p, P) + net.allreduce_time(4 * q, P))
+        """``T = compute + 4 r sum(n m) / FLOPS + A(4 p) + A(4 q)``: two
+        blocking allreduces of the factors, p = ``sum r n + uncompressed``
+        floats and q = ``sum r m``, with n x m the compressed matrices of
+        :meth:`plan` (from ``profile.shapes``). Without shapes the profile
+        gives only d = grad_bytes / 4, and the model is taken as one square
+        ``sqrt(d) x sqrt(d)`` matrix (an estimate: p = q = r sqrt(d)). The
+        steady state: the ``start`` steps of plain allreduce are not counted."""
+        r = options.rank
+        if profile.shapes:
+            mats, p, q = cls.plan(profile.shapes, r)
+            flops = 4 * r * sum(n * m for _, n, m in mats)
+        else:
+            d = profile.grad_bytes / 4
+            p = q = r * np.sqrt(d)
+            flops = 4 * r * d
+        return profile.compute + flops / FLOPS + net.allreduce_time(4 * p, P) + net.allreduce_time(4 * q, P)
 
     def setup(self) -> None:
         r = self.options.rank
