@@ -189,6 +189,10 @@ def save_trainer(trainer, path) -> None:
             "epoch_losses": np.asarray(trainer.epoch_losses, np.float64),
             "epoch_seconds": trainer.epoch_seconds(),
             "wall_time_s": trainer.wall_seconds(),
+            # Numba threads per rank: parallel reductions sum in an order that
+            # depends on it, so a resume with another count leaves the trajectory
+            # in the last bits (restore_trainer reuses it)
+            "threads": int(getattr(trainer, "threads", 0) or 0),
         }
         if per_rank:
             state["ranks"] = ranks
@@ -266,4 +270,35 @@ def restore_trainer(trainer, path) -> None:
         trainer.epoch_losses = [float(v) for v in np.asarray(state["epoch_losses"]).reshape(-1)]
         trainer.epoch_seconds_before = float(state["epoch_seconds"])
         trainer.wall_before = float(state["wall_time_s"])
+    _reuse_thread_count(trainer, int(state.get("threads", 0) or 0))
+
+
+def _reuse_thread_count(trainer, saved: int) -> None:
+    """Run with the checkpoint's Numba thread count, so that the resumed run
+    continues the same trajectory bit for bit (a parallel reduction's order, and
+    so its last bits, depend on the count). Not when the user chose a count with
+    ``NUMBA_NUM_THREADS``, nor when the checkpoint is older than this field or
+    asks for more threads than this process's pool holds (then a note says why
+    the last bits may differ)."""
+    import os
+    import sys
+
+    import numba
+
+    now = int(getattr(trainer, "threads", 0) or 0)
+    if not saved or not now or saved == now or os.environ.get("NUMBA_NUM_THREADS"):
+        return
+    if saved > numba.config.NUMBA_NUM_THREADS:
+        if trainer.comm.rank == 0:
+            print(f"minips: the checkpoint ran with {saved} Numba thread(s) per rank, this process can use at most "
+                  f"{numba.config.NUMBA_NUM_THREADS}; the resumed run may differ from an uninterrupted one in the "
+                  "last bits", file=sys.stderr, flush=True)
+        return
+    numba.set_num_threads(saved)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(saved)
+    except ImportError:
+        pass
+    trainer.threads = saved
 

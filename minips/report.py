@@ -87,7 +87,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "wall_time_s": wall_before + wall,
         "images_per_s": samples_per_step / step_time if step_time else None,
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
-        "time_breakdown": breakdown, "time_other_s": step_time - sum(breakdown.values()),
+        "time_breakdown": breakdown, "time_other_s": None if step_time is None else step_time - sum(breakdown.values()),
         "step_time_s": step_time, "warmup_steps": skip,
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,

@@ -44,6 +44,17 @@ def strict_json(path):
     return json.loads(path.read_text(), parse_constant=bad)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Runs compared bit for bit use one Numba thread: left to itself each run
+    picks its count from the machine's load, and a parallel reduction's last
+    bits depend on the count (a resume reuses its checkpoint's count; see
+    test_a_resume_reuses_the_checkpoints_thread_count)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NUMBA_NUM_THREADS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
@@ -185,7 +196,7 @@ def test_a_stale_lock_is_replaced_and_a_foreign_one_reported(tmp_path, capsys):
     assert not (out / rundir.LOCK).exists()
     (out / rundir.LOCK).write_text(json.dumps({"pid": 1, "host": "elsewhere.example", "started": "y"}))
     with pytest.raises(rundir.RunFolderError, match="process 1 on host elsewhere.example.*delete the lock file"):
-        train(out, max_steps=2)
+        train(out, max_steps=2, overwrite=True)  # --overwrite never clears a folder another process holds
     assert (out / rundir.LOCK).exists()  # not ours to remove
 
 
@@ -230,3 +241,36 @@ def test_resume_from_a_checkpoint_taken_on_the_last_step_of_an_epoch(full, tmp_p
     train(tmp_path / "b", resume=str(tmp_path / "step20.h5"))
     assert [{k: r[k] for k in METRICS} for r in rows(tmp_path / "b")] == \
         [{k: r[k] for k in METRICS} for r in rows(full)]
+
+
+class _Comm:
+    rank = 0
+
+
+class _Trainer:
+    comm = _Comm()
+
+    def __init__(self, threads):
+        self.threads = threads
+
+
+def test_a_resume_reuses_the_checkpoints_thread_count(monkeypatch):
+    import numba
+
+    from minips.checkpoint import _reuse_thread_count
+    before = numba.get_num_threads()
+    try:
+        monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+        t = _Trainer(threads=3)  # chosen from this machine's load; the checkpoint ran with 1
+        _reuse_thread_count(t, 1)
+        assert (t.threads, numba.get_num_threads()) == (1, 1)
+        monkeypatch.setenv("NUMBA_NUM_THREADS", "1")  # the user's choice wins
+        t = _Trainer(threads=3)
+        _reuse_thread_count(t, 1)
+        assert t.threads == 3
+        monkeypatch.delenv("NUMBA_NUM_THREADS")
+        t = _Trainer(threads=1)  # more than the pool holds: kept, with a note
+        _reuse_thread_count(t, numba.config.NUMBA_NUM_THREADS + 1)
+        assert t.threads == 1
+    finally:
+        numba.set_num_threads(before)
