@@ -125,6 +125,7 @@ class Grid:
     chance: float | None = None
     source: str = ""
     report_metric: str | None = None
+    target_accuracy: float | None = None
 
 
 @dataclass
@@ -160,7 +161,7 @@ def load_grid(path) -> Grid:
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
     unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric",
-                          "chance", "report_metric"}
+                          "chance", "report_metric", "target_accuracy"}
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
@@ -169,7 +170,8 @@ def load_grid(path) -> Grid:
              env={k: str(v) for k, v in raw.get("env", {}).items()},
              timeout_s=float(raw.get("timeout_s", 1800)), metric=raw.get("metric", "test_accuracy"),
              chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
-             source=str(p), report_metric=raw.get("report_metric", _test_twin(raw.get("metric", ""))))
+             source=str(p), report_metric=raw.get("report_metric", _test_twin(raw.get("metric", ""))),
+             target_accuracy=float(raw["target_accuracy"]) if "target_accuracy" in raw else None)
     if g.metric.startswith("val_") and not g.train.get("val-fraction", g.train.get("val_fraction")):
         raise StudyError(f"{p}: metric {g.metric!r} is measured on a validation split: add val-fraction "
                          "(e.g. 0.1) to [train]")
