@@ -59,7 +59,8 @@ T0 = time.perf_counter()
 # 2021), so any compressor runs with any method: a **compressor** (`compress(v, step)` ->
 # payload, `decompress(payload)` -> a dense vector), a **memory** (error feedback on or
 # off) and an **exchange** (allreduce when payloads can be summed, else an allgather).
-# `topk-sgd` and `qsgd` are the same step with different compressors:
+# `topk-sgd` and `qsgd` are the same step with different compressors (and for `qsgd`
+# error feedback off by default):
 
 # %%
 say(inspect.getsource(CompressedSGD.step))

@@ -766,7 +766,7 @@ def check_error_feedback_step(error_feedback_step):
             sent_sum += sent
             grad_sum += g
         gap = float(np.max(np.abs(sent_sum + e - grad_sum)))
-        assert gap < 1e-9, (
+        assert gap < 1e-4, (                   # float32 arithmetic is fine; a lost or doubled residual is O(1)
             f"with the {name} compressor, after 40 random gradients: sum of sent vectors + final error differs from "
             f"the sum of the gradients by up to {gap:.3g}. With error feedback nothing is lost: "
             "sent + new error must equal g + old error at every step"
