@@ -430,6 +430,64 @@ def _w112():
     return [both_double, rounds_each_stage, fixed_length, lr_constant]
 
 
+def _w131():
+    def no_error_added(g, e, compress):        # compresses g alone: the memory is never sent
+        sent = compress(g)
+        e[...] = g - sent
+        return sent
+
+    def accumulates_but_never_sends(g, e, compress):   # keeps the residual, but compresses g, not g + e
+        sent = compress(g)
+        e += g - sent
+        return sent
+
+    def stores_compressed_part(g, e, compress):  # keeps C(v) instead of the residual
+        v = g + e
+        sent = compress(v)
+        e[...] = sent
+        return sent
+
+    def sign_error(g, e, compress):            # residual the wrong way round
+        v = g + e
+        sent = compress(v)
+        e[...] = sent - v
+        return sent
+
+    def rebinds_e(g, e, compress):             # right values, but the caller's array keeps the stale error
+        v = g + e
+        sent = compress(v)
+        e = v - sent
+        return sent
+
+    def residual_of_g(g, e, compress):         # residual from g instead of g + e
+        v = g + e
+        sent = compress(v)
+        e[...] = g - sent
+        return sent
+
+    def sends_everything(g, e, compress):      # sends v uncompressed and clears the memory
+        v = g + e
+        e[...] = 0
+        return v
+
+    def compresses_twice(g, e, compress):      # a second call of a random compressor gives another answer
+        v = g + e
+        e[...] = v - compress(v)
+        return compress(v)
+
+    def modifies_g(g, e, compress):            # g += e changes the caller's gradient
+        g += e
+        sent = compress(g)
+        e[...] = g - sent
+        return sent
+
+    def no_memory(g, e, compress):             # forgets the error: plain compressed SGD
+        e[...] = 0
+        return compress(g)
+    return [no_error_added, accumulates_but_never_sends, stores_compressed_part, sign_error, rebinds_e,
+            residual_of_g, sends_everything, compresses_twice, modifies_g, no_memory]
+
+
 WRONG = {
     "1.1": _w11, "1.2": _w12,
     "2.1": _w21, "2.2": _w22,
@@ -442,4 +500,5 @@ WRONG = {
     "9.1": _w91, "9.2": _w92,
     "10.1": _w101, "10.2": _w102,
     "11.1": _w111, "11.2": _w112,
+    "13.1": _w131,
 }

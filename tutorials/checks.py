@@ -668,3 +668,110 @@ def check_stl_stages(stl_stages):
                    "returns (1, 1.41 -> 1, 2, 2.83 -> 3, ...)."))
             assert abs(float(g[2]) - w[2]) < 1e-12, (f"stage {s}: lr factor {g[2]}, expected {w[2]}. Hint: the "
                                                      "learning rate halves each stage.")
+
+
+# =============================================================================
+# Step 13: compression
+# =============================================================================
+S13 = "13_compression"
+
+
+@register("13.1", S13, "error_feedback_step", "that is ErrorFeedback.compress: nothing is lost, only delayed.")
+def check_error_feedback_step(error_feedback_step):
+    def top1(v):               # the check's own top-1 (ties: the first index), not minips'
+        out = np.zeros_like(v)
+        j = int(np.argmax(np.abs(v)))
+        out[j] = v[j]
+        return out
+
+    def call(g, e, compress, what):
+        g_before = g.copy()
+        got = error_feedback_step(g, e, compress)
+        assert got is not None, "error_feedback_step returned None; return the sent vector C(g + e)"
+        assert np.array_equal(g, g_before), f"{what}: error_feedback_step modified g; leave the gradient as it is"
+        return np.asarray(got, dtype=np.float64)
+
+    # 1. A hand-worked case: top-1, d = 3, three steps from e = 0 (values by hand, see the comments).
+    grads = [np.array([1.0, -3.0, 2.0]), np.array([2.0, 1.0, -1.0]), np.array([0.0, 0.0, 1.0])]
+    want_sent = [[0, -3, 0], [3, 0, 0], [0, 0, 2]]      # C(v): v = (1,-3,2), (3,1,1), (0,1,2)
+    want_e = [[1, 0, 2], [0, 1, 1], [0, 1, 0]]          # v - C(v)
+    e = np.zeros(3)
+    calls = []
+
+    def recording_top1(v):
+        calls.append(np.array(v, dtype=np.float64))
+        return top1(np.asarray(v, dtype=np.float64))
+
+    for t, g in enumerate(grads):
+        e_before = e.copy()
+        calls.clear()
+        sent = call(g, e, recording_top1, f"step {t + 1} of the hand case")
+        assert calls, "error_feedback_step never called compress; send compress(g + e)"
+        assert np.allclose(calls[0], g + e_before, atol=1e-12), (
+            f"step {t + 1} of the hand case (top-1, g = {_plain(g)}, e = {_plain(e_before)}): compress was called "
+            f"with {_plain(calls[0])}, expected g + e = {_plain(g + e_before)}. Hint: add the error memory to the "
+            "gradient BEFORE compressing; that is how what was dropped gets sent later.")
+        _close(sent, np.array(want_sent[t], float), f"step {t + 1} of the hand case (top-1, g = {_plain(g)}, "
+               f"e = {_plain(e_before)}): the sent vector", atol=1e-12,
+               hint="Hint: return what compress returned for g + e.")
+        assert not np.array_equal(e, e_before) or np.array_equal(e_before, want_e[t]), (
+            f"step {t + 1} of the hand case: e is unchanged after the call ({_plain(e)}), expected "
+            f"{_plain(np.array(want_e[t], float))}. Hint: the memory must become the residual (g + e) - C(g + e), "
+            "written into the caller's array in place (e[...] = ... or e -= ...); `e = ...` only rebinds your "
+            "local name, and the caller keeps the stale error.")
+        _close(e, np.array(want_e[t], float), f"step {t + 1} of the hand case (top-1, g = {_plain(g)}, e before = "
+               f"{_plain(e_before)}): the error memory after the call", atol=1e-12,
+               hint="Hint: the new error is the residual (g + e) - C(g + e): what was NOT sent, with the OLD e "
+                    "included.")
+
+    # 2. C(v) = v / 2, one step by hand: g = (4, -2), e = (2, 2) -> v = (6, 0), sent (3, 0), e = (3, 0).
+    e = np.array([2.0, 2.0])
+    sent = call(np.array([4.0, -2.0]), e, lambda v: np.asarray(v, dtype=np.float64) / 2, "C(v) = v/2")
+    _close(sent, np.array([3.0, 0.0]), "with C(v) = v/2, g = (4, -2), e = (2, 2): the sent vector", atol=1e-12,
+           hint="Hint: send C(g + e).")
+    _close(e, np.array([3.0, 0.0]), "with C(v) = v/2, g = (4, -2), e = (2, 2): the error after the call",
+           atol=1e-12, hint="Hint: e becomes (g + e) - C(g + e).")
+
+    # 3. The invariant on random gradients, for several compressors, over many steps:
+    #    sum_t sent_t + e_T == sum_t g_t (exactly, in real arithmetic), and e stays bounded for a contraction.
+    rng = np.random.default_rng(131)
+
+    def topk(k):
+        def c(v):
+            v = np.asarray(v, dtype=np.float64)
+            out = np.zeros_like(v)
+            idx = np.argsort(-np.abs(v), kind="stable")[:k]
+            out[idx] = v[idx]
+            return out
+        return c
+
+    def scaled_sign(v):
+        v = np.asarray(v, dtype=np.float64)
+        return np.abs(v).mean() * np.sign(v)
+
+    def random_k(v):           # fresh draws on every call: call compress once per step
+        v = np.asarray(v, dtype=np.float64)
+        out = np.zeros_like(v)
+        idx = rng.choice(v.size, 2, replace=False)
+        out[idx] = v[idx]
+        return out
+
+    for name, comp, d in (("top-2", topk(2), 8), ("scaled sign", scaled_sign, 6), ("random-2", random_k, 7)):
+        e = np.zeros(d)
+        sent_sum, grad_sum = np.zeros(d), np.zeros(d)
+        for t in range(40):
+            g = rng.standard_normal(d)
+            sent = call(g, e, comp, f"{name}, step {t + 1}")
+            assert sent.shape == (d,), f"{name}: the sent vector has shape {sent.shape}, expected {(d,)}"
+            sent_sum += sent
+            grad_sum += g
+        gap = float(np.max(np.abs(sent_sum + e - grad_sum)))
+        assert gap < 1e-4, (                   # float32 arithmetic is fine; a lost or doubled residual is O(1)
+            f"with the {name} compressor, after 40 random gradients: sum of sent vectors + final error differs from "
+            f"the sum of the gradients by up to {gap:.3g}. With error feedback nothing is lost: "
+            "sent + new error must equal g + old error at every step"
+            + (" (and call compress only once per step: this compressor draws anew on every call)."
+               if name == "random-2" else "."))
+        assert float(np.linalg.norm(e)) < 10 * np.sqrt(d) * 4, (
+            f"with the {name} compressor the error memory grew to norm {np.linalg.norm(e):.3g} in 40 steps: "
+            "it must shrink by what is sent (e becomes (g + e) - C(g + e)).")
