@@ -48,6 +48,7 @@ STEPS = {
     "09_video_captioning": 2,
     "10_scaling_and_clusters": 1,
     "11_local_sgd": 1,
+    "12_gossip": 1,
     "13_compression": 1,
 }
 

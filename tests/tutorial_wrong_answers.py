@@ -430,6 +430,153 @@ def _w112():
     return [both_double, rounds_each_stage, fixed_length, lr_constant]
 
 
+def _w121():
+    def ring(P):                               # S: the shift, S[i, i+1 mod P] = 1
+        return np.roll(np.eye(P), 1, axis=1)
+
+    def path_metropolis(P):                    # no wrap-around edge: a path (symmetric, doubly stochastic)
+        W = np.zeros((P, P))
+        for i in range(P - 1):
+            W[i, i + 1] = W[i + 1, i] = 1 / 3
+        W[np.diag_indices(P)] = 1 - W.sum(axis=1)
+        return W
+
+    def path_row_normalised(P):                # no wrap-around, 1/(deg+1) per row: rows sum to 1, columns not
+        A = np.eye(P) + np.eye(P, k=1) + np.eye(P, k=-1)
+        return A / A.sum(axis=1, keepdims=True)
+
+    def one_way_wrap(P):                       # wrap-around only into rank 0; self weight fills each row
+        W = np.zeros((P, P))
+        for i in range(P - 1):
+            W[i, i + 1] = W[i + 1, i] = 1 / 3
+        W[0, P - 1] = 1 / 3
+        W[np.diag_indices(P)] = 1 - W.sum(axis=1)
+        return W
+
+    def no_self_weight(P):                     # neighbours only: rows sum to 2/3
+        S = ring(P)
+        return (S + S.T) / 3
+
+    def self_weight_one(P):                    # the identity plus the neighbours: rows sum to 5/3
+        S = ring(P)
+        return np.eye(P) + (S + S.T) / 3
+
+    def lopsided(P):                           # doubly stochastic, but 1/2 to the right, 1/6 to the left
+        S = ring(P)
+        return np.eye(P) / 3 + S / 2 + S.T / 6
+
+    def directed_ring(P):                      # (I + S) / 2: push-sum's graph, not symmetric
+        return (np.eye(P) + ring(P)) / 2
+
+    def assigned_twice(P):                     # W[i, i+-1] = 1/3 overwrites itself at P = 2: rows 2/3
+        W = np.zeros((P, P))
+        for i in range(P):
+            W[i, (i + 1) % P] = 1 / 3
+            W[i, (i - 1) % P] = 1 / 3
+            W[i, i] = 1 / 3
+        return W
+
+    def degree_two_at_p2(P):                   # assumes degree 2 always: P = 2 gives [[2/3, 1/3], [1/3, 2/3]]
+        W = np.zeros((P, P))
+        for i in range(P):
+            W[i, (i + 1) % P] = 1 / 3
+            W[i, (i - 1) % P] = 1 / 3
+        W[np.diag_indices(P)] = 1 - W.sum(axis=1)
+        return W
+
+    def added_twice(P):                        # adds 1/3 per neighbour: P = 2 gives [[1/3, 2/3], [2/3, 1/3]]
+        W = np.eye(P) / 3
+        for i in range(P):
+            W[i, (i + 1) % P] += 1 / 3
+            W[i, (i - 1) % P] += 1 / 3
+        return W
+
+    def complete(P):                           # everyone with everyone
+        return np.full((P, P), 1 / P)
+    return [path_metropolis, path_row_normalised, one_way_wrap, no_self_weight, self_weight_one, lopsided,
+            directed_ring, assigned_twice, degree_two_at_p2, added_twice, complete]
+
+
+def _w122():
+    def push(x, w, nbrs, x_share, w_share):   # send x_share(i) and w_share(i), keep the same
+        new_x, new_w = np.zeros_like(x), np.zeros_like(w)
+        for i, out in enumerate(nbrs):
+            for j in [i, *out]:
+                new_x[j] += x_share(i, len(out))
+                new_w[j] += w_share(i, len(out))
+        return new_x, new_w
+
+    def weight_not_split(x, w, nbrs):          # splits x, keeps w as it was
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        return push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: 0.0)[0], w.copy()
+
+    def weight_not_split_summed(x, w, nbrs):   # splits x, but every node gets its full w from each sender
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        return push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i])
+
+    def divide_before_sum(x, w, nbrs):         # pushes shares of the estimate x / w instead of x
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        return push(x, w, nbrs, lambda i, k: x[i] / w[i] / (k + 1), lambda i, k: w[i] / (k + 1))
+
+    def returns_estimate(x, w, nbrs):          # right sums, but returns x / w as the numerator
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        nx, nw = push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i] / (k + 1))
+        return nx / nw[:, None], nw
+
+    def keeps_whole(x, w, nbrs):               # keeps all of (x, w) and also sends shares
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        nx, nw = push(x, w, [[] for _ in nbrs], lambda i, k: 0 * x[i], lambda i, k: 0.0)
+        for i, out in enumerate(nbrs):
+            nx[i] += x[i]
+            nw[i] += w[i]
+            for j in out:
+                nx[j] += x[i] / (len(out) + 1)
+                nw[j] += w[i] / (len(out) + 1)
+        return nx, nw
+
+    def sends_whole(x, w, nbrs):               # keeps a share, sends the whole pair to each neighbour
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        nx, nw = np.zeros_like(x), np.zeros_like(w)
+        for i, out in enumerate(nbrs):
+            nx[i] += x[i] / (len(out) + 1)
+            nw[i] += w[i] / (len(out) + 1)
+            for j in out:
+                nx[j] += x[i]
+                nw[j] += w[i]
+        return nx, nw
+
+    def forgets_own_share(x, w, nbrs):         # divides by k: k + 1 shares of 1/k each
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        return push(x, w, nbrs, lambda i, k: x[i] / k, lambda i, k: w[i] / k)
+
+    def by_in_degree(x, w, nbrs):              # shares by the receiver's in-degree
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        indeg = np.zeros(len(nbrs), int)
+        for out in nbrs:
+            for j in out:
+                indeg[j] += 1
+        nx, nw = np.zeros_like(x), np.zeros_like(w)
+        for i, out in enumerate(nbrs):
+            for j in [i, *out]:
+                nx[j] += x[i] / (indeg[j] + 1)
+                nw[j] += w[i] / (indeg[j] + 1)
+        return nx, nw
+
+    def pulls(x, w, nbrs):                     # each node averages itself and its in-neighbours (row stochastic)
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        ins = [[i] for i in range(len(nbrs))]
+        for i, out in enumerate(nbrs):
+            for j in out:
+                ins[j].append(i)
+        return (np.array([x[s].mean(axis=0) for s in ins]), np.array([w[s].mean() for s in ins]))
+
+    def in_place(x, w, nbrs):                  # right values, but overwrites the caller's arrays
+        x, w = np.asarray(x), np.asarray(w)
+        nx, nw = push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i] / (k + 1))
+        x[...], w[...] = nx, nw
+        return x, w
+    return [weight_not_split, weight_not_split_summed, divide_before_sum, returns_estimate, keeps_whole,
+            sends_whole, forgets_own_share, by_in_degree, pulls, in_place]
 def _w131():
     def no_error_added(g, e, compress):        # compresses g alone: the memory is never sent
         sent = compress(g)
@@ -500,5 +647,6 @@ WRONG = {
     "9.1": _w91, "9.2": _w92,
     "10.1": _w101, "10.2": _w102,
     "11.1": _w111, "11.2": _w112,
+    "12.1": _w121, "12.2": _w122,
     "13.1": _w131,
 }

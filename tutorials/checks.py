@@ -671,6 +671,139 @@ def check_stl_stages(stl_stages):
 
 
 # =============================================================================
+# Step 12: gossip
+# =============================================================================
+S12 = "12_gossip"
+
+
+def _ring_metropolis(P: int) -> np.ndarray:
+    """The ring's Metropolis-Hastings W written out by hand (independent of minips):
+    P = 2: one edge, degree 1, every entry 1/2; P >= 3: 1/3 on i-1, i, i+1 (mod P)."""
+    if P == 2:
+        return np.full((2, 2), 0.5)
+    W = np.zeros((P, P))
+    for i in range(P):
+        for j in (i - 1, i, i + 1):
+            W[i, j % P] = 1.0 / 3.0
+    return W
+
+
+@register("12.1", S12, "ring_mixing_matrix", "that is minips.distributed.topology.ring(P).W.")
+def check_ring_mixing_matrix(ring_mixing_matrix):
+    for P in (5, 8, 3, 4, 2):
+        got = ring_mixing_matrix(P)
+        assert got is not None, "ring_mixing_matrix returned None; return the (P, P) array W"
+        W = np.asarray(got, dtype=float)
+        assert W.shape == (P, P), f"ring_mixing_matrix({P}) has shape {W.shape}, expected {(P, P)}"
+        assert np.all(np.isfinite(W)) and np.all(W >= 0), (
+            f"ring_mixing_matrix({P}) has negative or non-finite entries: weights are shares, in [0, 1]")
+        rows, cols = W.sum(axis=1), W.sum(axis=0)
+        i = int(np.argmax(np.abs(rows - 1)))
+        assert abs(rows[i] - 1) < 1e-9, (
+            f"with P = {P}, row {i} of W sums to {rows[i]:.6g} (self weight W[{i}, {i}] = {W[i, i]:.6g}): every "
+            "row must sum to 1, or a mixing step does not keep a constant vector constant. Hint: the self weight "
+            "is 1 minus the neighbours' weights" + (", and with P = 2 rank i-1 and rank i+1 are the same rank."
+                                                   if P == 2 else "."))
+        j = int(np.argmax(np.abs(cols - 1)))
+        assert abs(cols[j] - 1) < 1e-9, (
+            f"with P = {P}, column {j} of W sums to {cols[j]:.6g}: the rows sum to 1 but the columns do not, so "
+            "gossip would not keep the mean (sum_i x_i changes). Hint: W must be doubly stochastic; is every "
+            "edge there in both directions, with the same weight?")
+        a, b = np.unravel_index(np.argmax(np.abs(W - W.T)), W.shape)
+        assert np.allclose(W, W.T, atol=1e-12), (
+            f"with P = {P}, W is not symmetric: W[{a}, {b}] = {W[a, b]:.6g} but W[{b}, {a}] = {W[b, a]:.6g}. "
+            "Hint: Metropolis-Hastings gives an edge the same weight in both directions.")
+        for i in range(P):
+            for j in range(P):
+                if (j - i) % P not in (0, 1, P - 1):
+                    assert W[i, j] == 0, (
+                        f"with P = {P}, W[{i}, {j}] = {W[i, j]:.6g}, but ranks {i} and {j} are not neighbours on "
+                        "a ring (rank i talks to i-1 and i+1 only)")
+        if P >= 3:
+            assert W[0, P - 1] > 0 and W[P - 1, 0] > 0, (
+                f"with P = {P}, W[0, {P - 1}] = {W[0, P - 1]:.6g}: ranks 0 and {P - 1} are neighbours on a ring "
+                "(the wrap-around edge, i - 1 and i + 1 taken mod P); without it the graph is a path")
+        _close(W, _ring_metropolis(P), f"ring_mixing_matrix({P})", rtol=1e-9, atol=1e-12,
+               hint=("Hint: with P = 2 both neighbours are the same rank: ONE edge, degree 1, so "
+                     "Metropolis-Hastings gives 1 / (1 + max(1, 1)) = 1/2 to the neighbour and 1/2 to itself."
+                     if P == 2 else "Hint: on a ring of P >= 3 every rank has degree 2: weights 1 / (1 + 2) = 1/3 "
+                                    "to each neighbour and 1/3 to itself."))
+
+
+def _push_matrix(n: int, out_neighbors) -> np.ndarray:
+    """Push-sum's column-stochastic A by hand (independent of minips): node i keeps and
+    sends 1 / (k_i + 1) of its pair, k_i its out-degree; new (x, w) = A (x, w)."""
+    A = np.zeros((n, n))
+    for i in range(n):
+        share = 1.0 / (len(out_neighbors[i]) + 1)
+        A[i, i] += share
+        for j in out_neighbors[i]:
+            A[int(j), i] += share
+    return A
+
+
+@register("12.2", S12, "push_sum_step", "that is the round of minips.averaging.push_sum.PushSum.step.")
+def check_push_sum_step(push_sum_step):
+    from minips.averaging.engines import VirtualCluster
+    from minips.averaging.graph import make_graph
+    from minips.averaging.push_sum import PushSum
+
+    rng = np.random.default_rng(122)
+    uneven = [[1, 2, 3], [2], [0], [0, 2]]   # out-degrees 3, 1, 1, 2: strongly connected, directed
+    cases = [("a directed graph with out-degrees 3, 1, 1, 2", uneven),
+             ("a directed ring of 5", [[(i + 1) % 5] for i in range(5)]),
+             ("an undirected ring of 6", [[(i - 1) % 6, (i + 1) % 6] for i in range(6)])]
+    for what, nbrs in cases:
+        n = len(nbrs)
+        x = rng.standard_normal((n, 3))
+        w = rng.uniform(0.5, 2.0, n)         # weights other than 1, as after a few rounds
+        x_in, w_in = x.copy(), w.copy()
+        got = push_sum_step(x, w, nbrs)
+        assert got is not None and len(got) == 2, "push_sum_step must return the pair (x, w)"
+        assert np.array_equal(x, x_in) and np.array_equal(w, w_in), \
+            "push_sum_step modified its inputs x or w: build new arrays"
+        gx, gw = np.asarray(got[0], float), np.asarray(got[1], float)
+        assert gx.shape == (n, 3) and gw.shape == (n,), (
+            f"on {what}: returned shapes {gx.shape} and {gw.shape}, expected {(n, 3)} and {(n,)}")
+        assert abs(gw.sum() - w.sum()) < 1e-9, (
+            f"on {what}: sum of w went from {w.sum():.6g} to {gw.sum():.6g}. Push-sum keeps the total weight: "
+            "each node keeps one share of w and sends one share to each out-neighbour, k_i + 1 shares in all. "
+            "Hint: split w exactly as you split x.")
+        assert np.allclose(gx.sum(axis=0), x.sum(axis=0), atol=1e-9), (
+            f"on {what}: sum of x went from {_plain(x.sum(axis=0).round(6))} to {_plain(gx.sum(axis=0).round(6))}."
+            " Push-sum keeps the total: node i keeps 1/(k_i + 1) of x_i and sends 1/(k_i + 1) to each of its k_i "
+            "out-neighbours (not the whole x_i, and not x_i / k_i); it pushes and returns the numerators x, and "
+            "divides by w only for the estimate.")
+        A = _push_matrix(n, nbrs)
+        _close(gw, A @ w, f"on {what}, the new w", rtol=1e-10, atol=1e-12,
+               hint="Hint: new w_i = w_i / (k_i + 1) + the shares w_j / (k_j + 1) of the nodes j that send to i.")
+        _close(gx, A @ x, f"on {what}, the new x", rtol=1e-10, atol=1e-12,
+               hint="Hint: return the numerators x (sums of shares of x), not the estimates x / w; share by the "
+                    "SENDER's out-degree, k_j + 1 for what node j sends.")
+    # many rounds on the uneven graph: the estimates reach the true mean (computed directly)
+    x0 = rng.standard_normal((4, 2))
+    x, w = x0.copy(), np.ones(4)
+    for _ in range(300):
+        x, w = (np.asarray(v, float) for v in push_sum_step(x, w, uneven))
+    _close(x / w[:, None], np.tile(x0.mean(axis=0), (4, 1)), "the estimates x / w after 300 rounds",
+           rtol=1e-8, atol=1e-10, hint="Hint: every estimate must reach the mean of the starting values.")
+    # minips' push-sum on its directed ring and exponential graph, round by round (same values, same graph)
+    for name in ("directed-ring", "exponential"):
+        g = make_graph(name, 8)
+        indptr, out = g.csr_out()
+        nbrs = [out[indptr[i]:indptr[i + 1]].tolist() for i in range(8)]
+        x0 = rng.standard_normal((8, 2))
+        ref = PushSum(g)
+        ref.start(VirtualCluster(8), x0)
+        x, w = x0.copy(), np.ones(8)
+        for t in range(10):
+            ref.step(t)
+            x, w = (np.asarray(v, float) for v in push_sum_step(x, w, nbrs))
+        _close(x / w[:, None], ref.estimate(), f"the estimates after 10 rounds on minips' {name} graph of 8",
+               rtol=1e-9, atol=1e-12)
+
+
+# =============================================================================
 # Step 13: compression
 # =============================================================================
 S13 = "13_compression"
