@@ -358,7 +358,7 @@ print(f"sync's closed form 2(1+mu)/(1+2mu) = {2 * 1.9 / 2.8:.3f}")
 # learning-rate scaling rule made stale runs diverge in `docs/results.md`, and why
 # forecasts that keep every rank identical (a per-coordinate curvature, spike
 # compensation, weight prediction) recover only part of it (`docs/accuracy.md`, section 1,
-# measures each of them with minips' own update rules).
+# measures the published compensations with minips' own update rules).
 #
 # ### `local`: the fresh local gradient, anchored to the delayed average
 #
