@@ -1,4 +1,4 @@
-"""The tables of docs/accuracy-draft.md from the finished runs of the accuracy study.
+"""The tables of docs/results.md section 4.1 (docs/accuracy.md) from the finished runs of the accuracy study.
 
     python scripts/accuracy_tables.py [RUNS_DIR] [OUT_DIR]
 

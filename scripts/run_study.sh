@@ -3,13 +3,15 @@
 # (every setting for seed 0 first). Each step skips runs that already finished,
 # so the script can be stopped and restarted. `touch runs/study-mini/PAUSE`
 # (or runs/study-full/PAUSE) holds it between runs, e.g. for timing benchmarks.
-# About 5 hours on 2 cores (see docs/results.md, section 4).
+# The earlier study: docs/results.md sections 4.2-4.4 report its full-data, tuning and
+# captioner grids (history); its mini grid's tables are docs/bench/study-mini.md. The
+# current accuracy study is scripts/run_study_accuracy.sh (docs/results.md section 4.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 NO_OVERLAP="sync,pseudo-sync:last:1,pseudo-sync:ema:1,pseudo-sync:holt:1,pseudo-sync:lookahead:1,pseudo-sync:adaptive:1,pseudo-sync:adaptive:1@lam1hmax50,pseudo-sync:last:2,pseudo-sync:ema:2,pseudo-sync:holt:2,pseudo-sync:lookahead:2,pseudo-sync:adaptive:2,pseudo-sync:adaptive:2@lam1hmax50"
 study() { $PY -m minips bench study "$@"; }
-# What docs/results.md section 4 reports: mini with 3 seeds at the fixed lr and 2 at the
+# What the earlier study ran: mini with 3 seeds at the fixed lr and 2 at the
 # scaled one, full data with 3 seeds, the tuning sweep with 2, the captioner with 2.
 study configs/study-mini.toml --out runs/study-mini --seeds 0
 study configs/study-full.toml --out runs/study-full --seeds 0 --lr fixed

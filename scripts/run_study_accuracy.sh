@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's accuracy study (docs/accuracy-draft.md), in the order that gives usable
+# Issue 12's accuracy study (docs/accuracy.md, docs/results.md section 4.1), in the order that gives usable
 # results soonest: every cell of the mini grid with seed 0 at the fixed lr, then seed 1,
 # then seed 2; then the scaled lr (2 seeds), the captioner at P = 2, full Fashion-MNIST
 # at P = 4 if it is built. Each step skips runs that already finished, so the script can

@@ -12,8 +12,9 @@ Two independent ways to find the largest stable step ``h*lr``:
   (not from the code): the spectral radius of the linear transition matrix of
   the state (w, w_prev, v, the k queued gradients), bisected to 1e-7.
 
-``python -m tests.compensation_stability`` prints the table of
-docs/compensation-draft.md (about a minute on one core).
+``python -m tests.compensation_stability`` prints the two tables of
+docs/accuracy.md, section 1 (the thresholds, then the nonlinear rules' dependence on
+the start amplitude); its output is docs/bench/accuracy/compensation_stability.txt.
 """
 from __future__ import annotations
 
@@ -47,25 +48,25 @@ def drive(spec, grad, w0, steps, lr=LR, mu=MU, nesterov=True, weight_decay=0.0, 
     return algo
 
 
-def stable_mask(spec, x, steps):
-    """Per value of h*lr in ``x``: whether |w| ends below its start 1."""
+def stable_mask(spec, x, steps, w0=1.0):
+    """Per value of h*lr in ``x``: whether |w| ends below its start ``w0``."""
     h = (np.asarray(x, np.float64) / LR).astype(np.float32)
     with np.errstate(all="ignore"):  # the unstable coordinates overflow, by design
-        algo = drive(spec, lambda w, t: h * w, np.ones(len(h)), steps)
+        algo = drive(spec, lambda w, t: h * w, np.full(len(h), w0), steps)
         w = np.abs(algo.flat.weights.astype(np.float64))
-    return w < 1.0  # NaN (overflowed) compares False: unstable
+    return w < w0  # NaN (overflowed) compares False: unstable
 
 
-def code_threshold(spec, coarse=(0.002, 2.0, 0.002), fine_steps=20000, fine_step=0.0002):
-    """The largest stable h*lr of ``spec`` (to ``fine_step``): the last stable
-    value below the first unstable one."""
+def code_threshold(spec, coarse=(0.002, 2.0, 0.002), fine_steps=20000, fine_step=0.0002, w0=1.0):
+    """The largest stable h*lr of ``spec`` (to ``fine_step``) from the start
+    ``w0``: the last stable value below the first unstable one."""
     lo, hi, d = coarse
     xs = np.arange(lo, hi + d / 2, d)
-    ok = stable_mask(spec, xs, 3000)
+    ok = stable_mask(spec, xs, 3000, w0)
     first_bad = int(np.argmin(ok)) if not ok.all() else len(xs) - 1
     x0 = xs[max(first_bad - 1, 0)]
     fine = np.arange(max(x0 - 5 * d, fine_step), x0 + 5 * d, fine_step)
-    ok = stable_mask(spec, fine, fine_steps)
+    ok = stable_mask(spec, fine, fine_steps, w0)
     if ok.all():
         return float(fine[-1])
     return float(fine[max(int(np.argmin(ok)) - 1, 0)])
@@ -146,5 +147,27 @@ def table() -> str:
     return "\n".join(lines)
 
 
+#: the nonlinear rules, whose threshold may depend on the start amplitude w0
+AMPLITUDE_ROWS = [
+    ("dc-asgd", "pseudo-sync:dc-asgd:{k}"),
+    ("dc-asgd lambda0 = 0.5", "pseudo-sync:dc-asgd:{k}:lambda0=0.5"),
+    ("gap-aware", "pseudo-sync:gap-aware:{k}"),
+    ("gap-aware beta = 0.9", "pseudo-sync:gap-aware:{k}:beta=0.9"),
+]
+
+
+def amplitude_table(amplitudes=(0.01, 1.0, 100.0)) -> str:
+    """The largest stable h*lr of the nonlinear rules (code only) from the start w0."""
+    lines = ["| start amplitude w_0 | " + " | ".join(f"{a:g}" for a in amplitudes) + " |",
+             "|---|" + "---:|" * len(amplitudes)]
+    for k in (1, 2):
+        for label, spec in AMPLITUDE_ROWS:
+            cells = [f"{code_threshold(spec.format(k=k), w0=a):.4f}" for a in amplitudes]
+            lines.append(f"| {label}, k = {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
+    print()
+    print(amplitude_table())

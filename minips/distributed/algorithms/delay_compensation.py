@@ -26,8 +26,8 @@ gradient is computed: weight prediction), and, for a rule that owns the
 optimizer step, ``apply_step(optimizer, w, d)``. All arrays are float32 (n,),
 the flat weights; all rules are element-wise NumPy.
 
-Why none of them can close the gap to sync at large steps: docs/compensation-draft.md
-(the stability table) and /work/shared STALENESS.md's analysis.
+Why none of them can close the gap to sync at large steps: docs/accuracy.md,
+section 1 (the stability tables); each rule next to its code: docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class SpikeCompensation(Predictor):
     applied step (zero during the pipeline fill), so that it is closer to where
     it will be applied. Kosson et al. extrapolate the velocity over the delay;
     c = k/2 is a good start when SC already compensates the momentum part
-    (docs/compensation-draft.md has the stability of each c).
+    (docs/accuracy.md, section 1, has the stability of each c).
 
     Args:
         staleness: k >= 1.
