@@ -157,7 +157,9 @@ def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
         a.plot([x["epoch"] for x in h], [x[metric] for x in h], label=r["name"], **st)
         b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], label=r["name"], **st)
     a.set_xlabel("epoch")
-    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # min_n_ticks=1: with one epoch the view spans less than one unit, and the default
+    # (2 integer ticks or none) falls back to ticks such as 0.975, 1.005
+    a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     b.set_xlabel("wall time (s)")
     a.set_title(f"{metric.replace('_', ' ')} per epoch")
     b.set_title(f"{metric.replace('_', ' ')} against wall time")

@@ -43,3 +43,10 @@ def test_bench_comm_smoke(tmp_path):
     assert all(0 <= o["overlap_efficiency"] <= 1 for o in res["overlap"])
     assert (tmp_path / "c.png").stat().st_size > 1000
     assert "ring model fit" in r.stdout
+    # the header names no progress mode (the overlap table has one per row), and the
+    # overlap table's columns are explained under it (issue 14)
+    header = r.stdout.splitlines()[0]
+    assert header.startswith("bench comm: ") and "progress=" not in header, header
+    assert "overlap eff = 1 - wait after / allreduce" in r.stdout
+    assert "slowdown = compute+comm / compute" in r.stdout
+    assert "vs serial = (compute + allreduce) / (compute+comm + wait after)" in r.stdout

@@ -126,6 +126,18 @@ def test_breakdown_draws_other_and_keeps_the_legend_off_the_bars(tmp_path, figur
     assert [t.get_text() for t in ax.get_yticklabels()] == ["sync", "overlap-sync", "pseudo-sync"]
 
 
+def test_one_epoch_runs_get_integer_epoch_ticks(tmp_path, figures):
+    """The README's headline command trains 1 epoch: the epoch axis then spans
+    less than one unit, and must still show whole epochs only."""
+    _run(tmp_path / "s", "sync", "sync", acc=(0.82,))
+    _run(tmp_path / "p", "pseudo-sync", "pseudo-sync:adaptive", acc=(0.79,), predictor=True)
+    plots.plot_runs([tmp_path / "s", tmp_path / "p"], tmp_path / "figs")
+    ax = figures["accuracy.png"].axes[0]
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_labels_can_be_given(tmp_path, figures):
     _run(tmp_path / "a", "sync", "sync")
     _run(tmp_path / "b", "sync", "sync")

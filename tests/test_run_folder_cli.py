@@ -67,6 +67,25 @@ def test_units_in_summary_and_trace(tmp_path):
     assert [int(r["warmup"]) for r in rows] == [1] * 5 + [0] * 3
 
 
+def test_the_printed_epoch_line_and_breakdown_explain_themselves(tmp_path, capsys):
+    """The epoch line uses metrics.csv's column names (train_loss beside
+    test_loss, not "train loss"); the breakdown prints the "other" phase and
+    says which throughput is the step's and which the whole run's (issue 14)."""
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--epochs", "1", "--batch-size", "64", "--algo", "sync",
+                 "--max-steps", "8", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    header = next(csv.reader(open(out / "metrics.csv")))
+    (line,) = [x for x in said.splitlines() if "epoch 1/1:" in x]
+    assert "train loss" not in line and "test loss" not in line
+    for name in ("train_loss", "test_loss", "test_accuracy"):
+        assert f"{name} " in line and name in header, (name, line, header)
+    s = json.loads((out / "summary.json").read_text())
+    assert any(x.split()[:1] == ["other"] and "(data, logging)" in x for x in said.splitlines()), said
+    assert (f"{s['images_per_s']:.0f} images/s in the step (all ranks; the whole run, evaluations and warm-up "
+            f"included: {s['wall_images_per_s']:.0f} images/s)") in said, said
+
+
 @pytest.mark.parametrize("argv,hint", [
     (["train", "--algorithm", "sync"], "--algorithm: did you mean --algo?"),
     (["train", "--epoch", "1"], "--epoch: did you mean --epochs"),

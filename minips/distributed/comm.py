@@ -923,7 +923,7 @@ def abort_on_exception(comm: Comm, exc: BaseException) -> None:
 
     Any exception that ends one rank of a running multi-rank job must end them
     all, ``KeyboardInterrupt`` (SIGINT reaching one process before the stop
-    protocol's handler is installed, e.g. during imports) and ``SystemExit``
+    protocol's handler is installed) and ``SystemExit``
     (``sys.exit`` on one rank) included: the other ranks would otherwise wait
     forever in their next collective."""
     if isinstance(exc, KeyboardInterrupt):
