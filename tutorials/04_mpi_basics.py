@@ -120,7 +120,7 @@ if comm.rank == 0:
     ax.loglog(sizes, [t * 1e6 for t in times], "o-")
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("allreduce time (us)")
-    ax.set_title(f"Allreduce on {comm.size} rank(s): latency-bound, then bandwidth-bound")
+    ax.set_title(f"Allreduce on {comm.size} rank(s):\nlatency-bound, then bandwidth-bound")
     ax.grid(alpha=0.3, which="both")
     show(fig, OUT / "allreduce_time.png")
 
