@@ -21,7 +21,8 @@ when j sends to i (j is an *in-neighbour* of i) or j = i.
 
 The **spectral gap** ``1 - |lambda_2|`` (``lambda_2`` the second-largest
 eigenvalue in modulus) says how fast gossip mixes: 1 for the complete graph,
-about ``2 pi^2 / (3 P^2)`` for a ring with weights 1/3.
+about ``4 pi^2 / (3 P^2)`` for a ring with weights 1/3 (its eigenvalues are
+``1/3 + 2/3 cos(2 pi k / P)``).
 """
 from __future__ import annotations
 
