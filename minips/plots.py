@@ -22,7 +22,8 @@ from .rundir import find_runs, load_run
 from .timing import phase_names
 
 __all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs",
-           "algo_color", "run_labels", "run_styles", "PHASE_COLORS", "layout_problems"]
+           "plot_method_curves", "plot_accuracy_vs_traffic", "run_methods", "algo_color", "run_labels",
+           "run_styles", "PHASE_COLORS", "layout_problems"]
 
 #: one colour per timing phase, in every breakdown figure ("other": the step's time outside every phase)
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
@@ -350,11 +351,225 @@ def plot_topology(top, path) -> None:
     _save(fig, path)
 
 
+def run_methods(runs, metric: str = "test_accuracy") -> list[dict]:
+    """The runs (dicts of :func:`load_run` with ``name``) as the "methods" that
+    :func:`plot_method_curves` and :func:`plot_accuracy_vs_traffic` draw: one
+    per run, its evaluation curve (:func:`minips.report.evaluation_curve`),
+    final ``metric`` and MiB sent per rank per step."""
+    from .report import evaluation_curve
+    out = []
+    for r in runs:
+        s = r["summary"]
+        b = s.get("bytes_sent_per_step")
+        out.append({"name": r["name"], "algo": s.get("algo", ""), "curve": evaluation_curve(s, r["trace"], metric),
+                    "final": s.get(metric), "final_std": None, "mib_per_step": None if b is None else b / 2**20})
+    return out
+
+
+def _method_styles(methods) -> list[dict]:
+    """Colour (the algorithm's) and line style and marker (the method's place) of each method."""
+    styles = run_styles(len(methods))
+    return [{"color": algo_color(m["algo"]), **st} for m, st in zip(methods, styles)]
+
+
+_CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
+               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent")}
+
+
+def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test_accuracy",
+                       note: str = "") -> bool:
+    """``metric`` at each evaluation against ``x`` (``"wall_time_s"``: seconds
+    since the start; ``"mib_sent"``: cumulative MiB each rank sent), one line
+    per method, one panel per ``(title, methods)`` of ``panels`` (methods as
+    :func:`run_methods` gives them; a study passes means over seeds), one
+    legend below the panels. ``note``: a line under the panel titles (e.g.
+    that oversubscribed ranks were not timed). Returns False (and writes
+    nothing) when no method has a point to draw.
+
+    Raises:
+        ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
+    """
+    if x not in _CURVE_AXES:
+        raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")
+    drawable = [[m for m in ms if any(p.get(x) is not None for p in m["curve"])] for _, ms in panels]
+    if not any(drawable):
+        return False
+    plt = _plt()
+    names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
+    legend_rows = -(-len(names) // 3)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 0.5, 4.4 + 0.2 * legend_rows),
+                             squeeze=False)
+    handles = {}
+    styles = _method_styles([next(m for _, ms in panels for m in ms if m["name"] == n) for n in names])
+    styles = dict(zip(names, styles))  # a method looks the same in every panel
+    for ax, (title, _), shown in zip(axes[0], panels, drawable):
+        for m in shown:
+            pts = [p for p in m["curve"] if p.get(x) is not None]
+            line, = ax.plot([p[x] for p in pts], [p[metric] for p in pts], ms=4, label=m["name"],
+                            **styles[m["name"]])
+            handles.setdefault(m["name"], line)
+        label, what = _CURVE_AXES[x]
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_title(f"{title}\n{metric.replace('_', ' ')} {what}" + (f"\n{note}" if note else ""), fontsize=10)
+        ax.grid(alpha=0.3)
+        if not shown:
+            ax.text(0.5, 0.5, "no run counted this", ha="center", transform=ax.transAxes)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / fig.get_figheight(), 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(handles)), fontsize=8, frameon=False)
+    _save(fig, path)
+    return True
+
+
+def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: str = "") -> bool:
+    """Final ``metric`` against MiB sent per rank per step (log scale), one
+    labelled point per method (bars: the standard deviation over seeds when a
+    method has ``final_std``), one panel per ``(title, methods)`` of
+    ``panels``. Labels are placed where they overlap no other label or point
+    (a thin line leads to a label set away from its point). Methods that sent
+    nothing cannot sit on a log axis: they are named under the panel.
+    Returns False (and writes nothing) when no method has both numbers."""
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    pts_of = [[m for m in ms if m.get("final") is not None and (m.get("mib_per_step") or 0) > 0]
+              for _, ms in panels]
+    if not any(pts_of):
+        return False
+    most = max(len(p) for p in pts_of)
+    fig, axes = plt.subplots(1, len(panels), figsize=(8.0 * len(panels), 5.0 + 0.1 * most), squeeze=False)
+    names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
+    styles = _method_styles([next(m for _, ms in panels for m in ms if m["name"] == n) for n in names])
+    styles = dict(zip(names, styles))
+    for ax, (title, methods), pts in zip(axes[0], panels, pts_of):
+        for m in pts:
+            st = styles[m["name"]]
+            ax.errorbar([m["mib_per_step"]], [m["final"]], yerr=None if not m.get("final_std") else [m["final_std"]],
+                        fmt=st["marker"], color=st["color"], ms=6, capsize=2, elinewidth=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.margins(x=0.25, y=0.25)
+        ax.set_xlabel("MiB sent per rank per step (log scale)")
+        ax.set_ylabel(f"final {metric.replace('_', ' ')}")
+        ax.set_title(f"{title}\nfinal {metric.replace('_', ' ')} against traffic" + (f"\n{note}" if note else ""),
+                     fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        left_out = [m["name"] for m in methods if m not in pts and m.get("final") is not None]
+        if left_out:
+            ax.text(0.0, -0.16, "sent nothing (not on the log axis): " + ", ".join(left_out), fontsize=7,
+                    transform=ax.transAxes, va="top", wrap=True)
+    fig.tight_layout()
+    for ax, pts in zip(axes[0], pts_of):
+        _label_points(ax, [(m["mib_per_step"], m["final"]) for m in pts], [m["name"] for m in pts],
+                      [algo_color(m["algo"]) for m in pts])
+    _save(fig, path)
+    return True
+
+
+def _label_points(ax, xy, names, colors, fontsize: float = 7.0) -> None:
+    """Put ``names[i]`` next to data point ``xy[i]`` where it overlaps no label
+    placed before it, no point, no leader line and stays inside the axes:
+    candidates on rings of growing radius around the point (in pixels, after
+    the layout is fixed), the first free one taken, the most crowded points
+    first; a label away from its point gets a thin leader line in the
+    point's colour, which may cross no label either. When no candidate is
+    free the one with the least overlap is taken."""
+    import numpy as np
+    fig = ax.figure
+    fig.canvas.draw()
+    rend = fig.canvas.get_renderer()
+    to_pt = 72.0 / fig.dpi
+    box = ax.get_window_extent(rend)
+    disp = ax.transData.transform(np.asarray(xy, dtype=float))
+    sizes = []
+    for n in names:
+        t = ax.text(0.5, 0.5, n, fontsize=fontsize, transform=ax.transAxes)  # (data 0 is off a log axis)
+        bb = t.get_window_extent(rend)
+        sizes.append((bb.width, bb.height))
+        t.remove()
+    marker_r = 6.0
+    rects = [(x - marker_r, y - marker_r, x + marker_r, y + marker_r) for x, y in disp]  # the points
+    labels, leaders = [], []  # placed label boxes; leader segments (x0, y0, x1, y1)
+
+    def overlap(a, b):
+        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+    def crosses(seg, r):  # does the segment pass through rectangle r? (sampled along its length)
+        ts = np.linspace(0.0, 1.0, 16)
+        xs, ys = seg[0] + ts * (seg[2] - seg[0]), seg[1] + ts * (seg[3] - seg[1])
+        return bool(np.any((xs > r[0]) & (xs < r[2]) & (ys > r[1]) & (ys < r[3])))
+
+    crowd = [int(np.sum(np.hypot(*(disp - disp[i]).T) < 60)) for i in range(len(disp))]
+    order = sorted(range(len(disp)), key=lambda i: -crowd[i])
+    rings = [(r * np.cos(a), r * np.sin(a)) for r in (9, 14, 20, 28, 38, 50, 64, 80, 100, 125, 155, 190, 230)
+             for a in np.deg2rad(np.arange(0, 360, 15.0))]
+    for i in order:
+        (x, y), (w, h) = disp[i], sizes[i]
+        # on rings around the point, and stacked in rows beside it (labels are wide and short)
+        rows = [(sx * d, k * (h + 1.5)) for k in range(-16, 17) for d in (10, 22, 40, 65, 95, 130, 170)
+                for sx in (1, -1)]
+        cands = sorted(rings + rows, key=lambda c: np.hypot(*c))
+        best = None
+        for dx, dy in cands:
+            r = float(np.hypot(dx, dy))
+            if best is not None and best[0] <= r:
+                break  # a free place nearer than every candidate left
+            # the label's near side faces the point
+            x0 = x + dx - (w if dx < -1 else (w / 2 if abs(dx) <= 1 else 0))
+            y0 = y + dy - (h if dy < -1 else (h / 2 if abs(dy) <= 1 else 0))
+            bb = (x0 - 1, y0 - 1, x0 + w + 1, y0 + h + 1)
+            if bb[0] < box.x0 or bb[1] < box.y0 or bb[2] > box.x1 or bb[3] > box.y1:
+                continue  # off the axes: over the tick labels
+            # worst: over another label; then over a point; then a leader line through a label or point
+            cost = 1e4 * sum(overlap(bb, t) for t in labels) + 30.0 * sum(overlap(bb, t) for t in rects)
+            cost += 3e3 * sum(crosses(seg, bb) for seg in leaders)
+            if r > 12:
+                seg = (x, y, x + dx, y + dy)
+                cost += 3e3 * sum(crosses(seg, t) for t in labels)
+                cost += 3e3 * sum(crosses(seg, t) for j, t in enumerate(rects) if j != i)
+                cost += 300.0 * sum(_segments_cross(seg, other) for other in leaders)
+            cost += r  # near its point, other things equal
+            if best is None or cost < best[0]:
+                best = (cost, dx, dy, bb)
+        if best is None:  # no room inside the axes at all: beside the point
+            best = (0.0, 9.0, 0.0, (x + 9, y - h / 2, x + 9 + w, y + h / 2))
+        _, dx, dy, bb = best
+        labels.append(bb)
+        far = np.hypot(dx, dy) > 12
+        if far:
+            leaders.append((x, y, x + dx, y + dy))
+        ha = "right" if dx < -1 else ("center" if abs(dx) <= 1 else "left")
+        va = "top" if dy < -1 else ("center" if abs(dy) <= 1 else "bottom")
+        ax.annotate(names[i], xy=xy[i], xytext=(dx * to_pt, dy * to_pt), textcoords="offset points", ha=ha,
+                    va=va, fontsize=fontsize, color="black")
+        if far:  # the leader line: an annotation of its own, so the label's extent is the text's alone
+            ax.annotate("", xy=xy[i], xytext=(dx * to_pt, dy * to_pt), textcoords="offset points",
+                        arrowprops={"arrowstyle": "-", "color": colors[i], "lw": 0.7, "shrinkA": 1, "shrinkB": 4})
+
+
+def _segments_cross(a, b) -> bool:
+    """Do segments ``a`` and ``b`` (x0, y0, x1, y1) cross (a shared end point does not count)?"""
+    def side(p, q, r):
+        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+    p1, p2, p3, p4 = a[:2], a[2:], b[:2], b[2:]
+    d1, d2, d3, d4 = side(p3, p4, p1), side(p3, p4, p2), side(p1, p2, p3), side(p1, p2, p4)
+    return d1 * d2 < 0 and d3 * d4 < 0
+
+
 def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     """All figures for these runs into ``out_dir``; returns the files written.
     A directory without ``summary.json`` stands for the runs in its
     subdirectories (see :func:`find_runs`). Runs are labelled by
     :func:`run_labels` (``labels``: one per run, to choose them yourself).
+
+    Files: ``accuracy.png`` (the metric per epoch and against wall time),
+    ``breakdown.png``, ``trace.png``, and when the runs counted their
+    traffic ``traffic.png`` (final metric against total MiB sent, consensus
+    distance), ``accuracy-bytes.png`` (the metric against cumulative MiB sent
+    per rank) and ``accuracy-traffic.png`` (final metric against MiB per
+    step, one labelled point per run).
 
     Raises:
         ValueError: ``labels`` of another length than the runs found.
@@ -372,6 +587,13 @@ def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     plot_trace(runs, files[2])
     if plot_traffic(runs, out / "traffic.png", metric):
         files.append(out / "traffic.png")
+    methods = run_methods(runs, metric)
+    sizes = sorted({r["summary"].get("world_size") for r in runs if r["summary"].get("world_size")})
+    title = "P=" + ",".join(map(str, sizes)) if sizes else "runs"
+    if plot_method_curves([(title, methods)], out / "accuracy-bytes.png", "mib_sent", metric):
+        files.append(out / "accuracy-bytes.png")
+    if plot_accuracy_vs_traffic([(title, methods)], out / "accuracy-traffic.png", metric):
+        files.append(out / "accuracy-traffic.png")
     return files
 
 
