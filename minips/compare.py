@@ -6,7 +6,9 @@ strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
 ``sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:adaptive:2`` (the
 positional short form ``pseudo-sync:PREDICTOR:K`` still works).
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
-``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``.
+``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
+and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
+and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def _write_run(d, label, seed):
     summary = {"label": label, "algo": algo, "algo_spec": label, "family": family, "replicated": replicated,
                "world_size": 4, "seed": seed, "threads_per_rank": 1, "network_emulated": False, "network": "real",
                "test_accuracy": accs[-1], "test_loss": 0.5, "wall_time_s": epoch_s * len(accs),
-               "step_time_s": 0.01, "time_breakdown": {"forward": 0.004, "backward": 0.004}, "lr": 0.05, "steps": steps, "bytes_sent_per_rank": [int(total)] * 4,
+               "step_time_s": 0.01, "time_breakdown": {"forward": 0.004, "backward": 0.004}, "lr": 0.05,
+               "steps": steps, "bytes_sent_per_rank": [int(total)] * 4,
                "bytes_sent_per_step": total / steps,
                "history": [{"epoch": e + 1, "step": STEPS_PER_EPOCH * (e + 1), "test_accuracy": a,
                             "wall_time_s": epoch_s * (e + 1), "partial": 0} for e, a in enumerate(accs)]}
@@ -230,3 +231,18 @@ def test_compare_figures_include_bytes_and_the_labelled_scatter(tmp_path, figure
     lines = {ln.get_label(): ln for ln in figures["accuracy-bytes.png"].axes[0].lines}
     assert list(lines["local-sgd:period=4"].get_xdata()) == [8.0, 16.0, 24.0]
     assert list(lines["sync"].get_xdata()) == [32.0, 64.0, 96.0]  # 4 MiB x 8 steps per epoch
+
+
+def test_rank0_accuracy_column_when_the_runs_evaluated_rank0(study_dir, monkeypatch):
+    grid, out = study_dir
+    for seed, acc in ((0, 0.82), (1, 0.78)):  # local SGD with eval-rank0: rank 0's own model
+        p = out / "runs" / "P4" / "fixed" / study._safe("local-sgd:period=4") / f"seed{seed}" / "summary.json"
+        s = json.loads(p.read_text())
+        s["rank0_test_accuracy"] = acc
+        p.write_text(json.dumps(s))
+    md, _ = _report(grid, out, monkeypatch, cores=8)
+    head, rows = _rows(md)
+    assert "P=4 rank 0" in head
+    assert rows["local-sgd:period=4"]["P=4 rank 0"] == "0.8000"   # (0.82 + 0.78) / 2
+    assert rows["sync"]["P=4 rank 0"] == "-"
+    assert rows["local-sgd:period=4"]["P=4 test accuracy"] == "0.8150 ± 0.0354"  # still the averaged model's

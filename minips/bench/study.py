@@ -13,6 +13,7 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     algos = ["sync", "overlap-sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@rho99"]
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
+    target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -47,7 +48,15 @@ measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
 ``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
 the registry's baseline algorithm when the grid has it) and
-``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
+``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
+report: in ``G.md`` a table per learning-rate setting with one row per
+algorithm entry (its family, and per P the test metric, MiB sent per rank per
+step and its ratio to the baseline's, seconds to ``target_accuracy`` and the
+consensus distance; :func:`families_report`), in ``G.json`` the same per
+cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
+``-traffic.png`` (the test metric against wall seconds, against cumulative
+MiB sent, and its final value against MiB per step, labelled; drawn by
+:mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
