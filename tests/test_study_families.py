@@ -246,3 +246,16 @@ def test_rank0_accuracy_column_when_the_runs_evaluated_rank0(study_dir, monkeypa
     assert rows["local-sgd:period=4"]["P=4 rank 0"] == "0.8000"   # (0.82 + 0.78) / 2
     assert rows["sync"]["P=4 rank 0"] == "-"
     assert rows["local-sgd:period=4"]["P=4 test accuracy"] == "0.8150 ± 0.0354"  # still the averaged model's
+
+
+def test_rows_are_grouped_by_family_in_the_order_the_grid_names_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "_cores", lambda: 64)
+    (tmp_path / "g.toml").write_text(GRID.replace('algos = ["sync", "local-sgd:period=4", "topk-sgd:ratio=0.01"]',
+                                                  'algos = ["sync", "topk-sgd:ratio=0.01", "overlap-sync"]'))
+    g = study.load_grid(tmp_path / "g.toml")
+    fam = {"sync": "gradient averaging", "overlap-sync": "gradient averaging", "topk-sgd:ratio=0.01": "compression"}
+    recs = [{"P": 4, "lr": "fixed", "label": a, "seed": 0, "status": "ok", "metric": 0.8, "algo": a.split(":")[0],
+             "family": f, "bytes_sent_per_step": MiB, "time_to_target": None} for a, f in fam.items()]
+    _, rows = _rows(study.families_report(g, recs))
+    assert list(rows) == ["sync", "overlap-sync", "topk-sgd:ratio=0.01"]
+    assert rows["sync"]["P=4 test accuracy"] == "0.8000 (1 seed)"  # no made-up spread from one seed
