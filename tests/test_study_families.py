@@ -107,8 +107,10 @@ def test_families_table_numbers_worked_by_hand(study_dir, monkeypatch):
     grid, out = study_dir
     md, js = _report(grid, out, monkeypatch, cores=2)
     head, rows = _rows(md)
-    assert head == ["family", "algorithm", "P=4 test accuracy", "P=4 MiB/step (vs sync)", "P=4 s to 0.8",
-                    "P=4 consensus"]
+    sync = rows["sync"]
+    assert head == ["family", "algorithm", "P=4 test accuracy", "P=4 MiB/step (vs sync)", "P=4 ms/step",
+                    "P=4 s to 0.8", "P=4 consensus"]
+    assert sync["P=4 ms/step"] == "10.00"  # step_time_s 0.01 in every fixture
     sync, local, topk = rows["sync"], rows["local-sgd:period=4"], rows["topk-sgd:ratio=0.01"]
     # accuracy: mean of the two seeds' last evaluation, sample std (0.83, 0.82 -> 0.825 ± 0.00707)
     assert sync["P=4 test accuracy"] == "0.8250 ± 0.0071"
@@ -259,3 +261,7 @@ def test_rows_are_grouped_by_family_in_the_order_the_grid_names_them(tmp_path, m
     _, rows = _rows(study.families_report(g, recs))
     assert list(rows) == ["sync", "overlap-sync", "topk-sgd:ratio=0.01"]
     assert rows["sync"]["P=4 test accuracy"] == "0.8000 (1 seed)"  # no made-up spread from one seed
+    assert "EMULATED" not in study.families_report(g, recs)
+    g.train["network"] = "1gbe"   # a timing grid on an emulated network says so under the table
+    assert "ms/step: milliseconds per training step" in study.families_report(g, recs)
+    assert "on an EMULATED 1gbe network" in study.families_report(g, recs)

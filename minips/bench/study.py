@@ -444,8 +444,10 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     the same lr and P; None without one); ``reached`` (seeds whose test metric
     reached ``target_accuracy``) and ``time_to_target_s`` (mean wall seconds
     of those; None when none did or the grid has no target);
-    ``consensus_distance`` (mean at the end; None for methods whose ranks stay
-    identical) and ``rank0_mean`` (rank 0's own model, with eval-rank0)."""
+    ``step_time_s`` (seconds per step after the warm-up, slowest rank, mean over
+    seeds); ``consensus_distance`` (mean at the end; None for methods whose
+    ranks stay identical) and ``rank0_mean`` (rank 0's own model, with
+    eval-rank0)."""
     from ..distributed.algorithms import resolve
 
     tm = _test_metric(grid)
@@ -481,6 +483,7 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
                               "bytes_ratio": sent / ref if sent is not None and ref else None,
                               "target": grid.target_accuracy, "reached": len(times),
                               "time_to_target_s": statistics.fmean(times) if times else None,
+                              "step_time_s": mean(r.get("step_time_s") for r in rs),
                               "consensus_distance": mean(r.get("consensus_distance") for r in rs),
                               "rank0_mean": mean(r.get(rank0) for r in rs)})
     return cells
@@ -505,8 +508,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
     """The families table per learning-rate setting: one row per algorithm
     entry (with its family, rows grouped by family in the order the grid names
     them), per P the test metric (mean ± std over seeds), MiB sent per rank
-    per step and its ratio to the baseline's, seconds to the target and the
-    consensus distance at the end; a caption says what each column is and
+    per step and its ratio to the baseline's, milliseconds per step, seconds to
+    the target and the consensus distance at the end; a caption says what each column is and
     which P were oversubscribed (their times not comparable)."""
     cells = family_cells(grid, records) if cells is None else cells
     tm = _test_metric(grid)
@@ -529,7 +532,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
         for P in ranks:
             head += [f"P={P} {tm.replace('_', ' ')}", *([f"P={P} rank 0"] if has_rank0 else []),
                      f"P={P} MiB/step" + (f" (vs {base})" if base else ""),
-                     *([f"P={P} s to {target:g}"] if target is not None else []), f"P={P} consensus"]
+                     f"P={P} ms/step", *([f"P={P} s to {target:g}"] if target is not None else []),
+                     f"P={P} consensus"]
         lines += [f"## families, lr setting `{lr_name}`: all methods side by side", "",
                   "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for a in labels:
@@ -537,7 +541,7 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
             for P in ranks:
                 c = cs.get((a, P))
                 if c is None:
-                    row += ["-"] * (3 + has_rank0 + (target is not None))
+                    row += ["-"] * (4 + has_rank0 + (target is not None))
                     continue
                 if c["mean"] is None:
                     acc = f"div {c['diverged']}/{c['n']}" if c["diverged"] else f"failed {c['n'] - c['n_ok']}/{c['n']}"
@@ -552,6 +556,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                 b = c["bytes_sent_per_step"]
                 row.append("n/a" if b is None else f"{b / 2**20:.3g}"
                            + ("" if c["bytes_ratio"] is None else f" ({c['bytes_ratio']:.3g}x)"))
+                st = c["step_time_s"]
+                row.append("n/a" if st is None else f"{1e3 * st:.2f}")
                 if target is not None:
                     t = c["time_to_target_s"]
                     row.append("not reached" if t is None else f"{t:.1f}"
@@ -563,15 +569,17 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
            "ranks for methods whose ranks hold different weights)"
            + ("; rank 0: the mean over seeds of rank 0's own model" if has_rank0 else "") + ". "
            "MiB/step: MiB each rank sent per training step (mean over ranks, steps and seeds)"
-           + (f", in brackets over {base}'s at the same P" if base else "") + ". "]
+           + (f", in brackets over {base}'s at the same P" if base else "") + ". "
+           "ms/step: milliseconds per training step after the warm-up, of the slowest rank (mean over seeds)"
+           + (f", on an EMULATED {grid.train['network']} network" if grid.train.get("network") else "") + ". "]
     if target is not None:
         cap.append(f"s to {target:g}: wall seconds from the start until the first evaluation (once per epoch) "
                    f"with {tm.replace('_', ' ')} at or above {target:g}, mean over the seeds that reached it "
                    "(k/n seeds when not all did); `not reached` when no seed did. ")
-        if over:
-            cap.append(f"Times at P = {', '.join(map(str, over))} are not comparable: those runs had more ranks "
-                       f"(times threads per rank) than the {_cores()} cores of the machine writing this report "
-                       "(oversubscribed), so they measure the sharing of cores as much as the method. ")
+    if over:
+        cap.append(f"Times at P = {', '.join(map(str, over))} are not comparable: those runs had more ranks "
+                   f"(times threads per rank) than the {_cores()} cores of the machine writing this report "
+                   "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
                "whose ranks stay identical.")
     return "\n".join(lines) + "\n" + "".join(cap) + "\n"
