@@ -468,19 +468,21 @@ def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: 
     fig.tight_layout()
     for ax, pts in zip(axes[0], pts_of):
         _label_points(ax, [(m["mib_per_step"], m["final"]) for m in pts], [m["name"] for m in pts],
-                      [algo_color(m["algo"]) for m in pts])
+                      [algo_color(m["algo"]) for m in pts], bars=[m.get("final_std") or 0.0 for m in pts])
     _save(fig, path)
     return True
 
 
-def _label_points(ax, xy, names, colors, fontsize: float = 7.0) -> None:
+def _label_points(ax, xy, names, colors, fontsize: float = 7.0, bars=None) -> None:
     """Put ``names[i]`` next to data point ``xy[i]`` where it overlaps no label
     placed before it, no point, no leader line and stays inside the axes:
     candidates on rings of growing radius around the point and in rows beside
     it (in pixels, after the layout is fixed), the nearest free one taken, the
     most crowded points first; a label away from its point gets a thin leader
     line in the point's colour, which may cross no label or point either.
-    When no candidate is free the one with the least overlap is taken."""
+    When no candidate is free the one with the least overlap is taken.
+    ``bars``: the half-height of each point's error bar in data units (the
+    bar is kept clear like the point)."""
     import numpy as np
     fig = ax.figure
     fig.canvas.draw()
@@ -496,6 +498,12 @@ def _label_points(ax, xy, names, colors, fontsize: float = 7.0) -> None:
         t.remove()
     marker_r = 6.0
     points = np.column_stack([disp - marker_r, disp + marker_r])  # (n, 4): x0, y0, x1, y1
+    if bars is not None:  # the error bars: as tall as they are drawn
+        xy_arr = np.asarray(xy, dtype=float)
+        lo = ax.transData.transform(xy_arr - np.column_stack([np.zeros(len(xy)), bars]))[:, 1]
+        hi = ax.transData.transform(xy_arr + np.column_stack([np.zeros(len(xy)), bars]))[:, 1]
+        points[:, 1] = np.minimum(points[:, 1], lo)
+        points[:, 3] = np.maximum(points[:, 3], hi)
     labels = np.zeros((0, 4))  # placed label boxes
     leaders = np.zeros((0, 4))  # placed leader segments: x0, y0, x1, y1
 

@@ -633,8 +633,8 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
                 methods.append({"name": a, "algo": rs[0].get("algo") or "", "curve": _mean_curve(rs, tm),
                                 "final": c["mean"], "final_std": c["std"] if c["n_ok"] > 1 else None,
                                 "mib_per_step": None if b is None else b / 2**20})
-            panels.append((f"P={P}, {lr_name}, mean over seeds", methods))
-            timed.append((f"P={P}, {lr_name}, mean over seeds"
+            panels.append((f"P={P}, lr setting {lr_name}, mean over seeds", methods))
+            timed.append((f"P={P}, lr setting {lr_name}, mean over seeds"
                            + (f"\noversubscribed ({P} ranks on {_cores()} cores): times not comparable"
                               if P in over else ""), methods))
         files = [out_dir / f"{stem}-{lr_name}-{suffix}.png" for suffix in ("time", "bytes", "traffic")]
