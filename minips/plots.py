@@ -367,9 +367,17 @@ def run_methods(runs, metric: str = "test_accuracy") -> list[dict]:
 
 
 def _method_styles(methods) -> list[dict]:
-    """Colour (the algorithm's) and line style and marker (the method's place) of each method."""
-    styles = run_styles(len(methods))
-    return [{"color": algo_color(m["algo"]), **st} for m, st in zip(methods, styles)]
+    """Colour (the algorithm's), line style and marker of each method: the
+    marker by its place, the line style by how many methods before it share
+    its colour (the palette repeats after 20 algorithms, and one algorithm may
+    appear with several option sets), so no two methods look alike."""
+    out, seen = [], {}
+    for i, m in enumerate(methods):
+        color = algo_color(m["algo"])
+        k = seen[color] = seen.get(color, -1) + 1
+        out.append({"color": color, "linestyle": _LINESTYLES[k % len(_LINESTYLES)],
+                    "marker": _MARKERS[(i + k // len(_LINESTYLES)) % len(_MARKERS)]})
+    return out
 
 
 _CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
