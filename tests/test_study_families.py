@@ -265,3 +265,18 @@ def test_rows_are_grouped_by_family_in_the_order_the_grid_names_them(tmp_path, m
     g.train["network"] = "1gbe"   # a timing grid on an emulated network says so under the table
     assert "ms/step: milliseconds per training step" in study.families_report(g, recs)
     assert "on an EMULATED 1gbe network" in study.families_report(g, recs)
+
+
+def test_methods_of_one_colour_get_different_line_styles(tmp_path, figures):
+    curve = [{"wall_time_s": 1.0, "mib_sent": 1.0, "test_accuracy": 0.8},
+             {"wall_time_s": 2.0, "mib_sent": 2.0, "test_accuracy": 0.82}]
+    methods = [{"name": n, "algo": n.split(":")[0], "curve": curve, "final": 0.82, "mib_per_step": 0.1}
+               for n in ("pseudo-sync:predictor=last", "sync", "pseudo-sync:predictor=adaptive")]
+    assert plots.plot_method_curves([("P=4", methods)], tmp_path / "c.png", "wall_time_s")
+    lines = {ln.get_label(): ln for ln in figures["c.png"].axes[0].lines}
+    a, b = lines["pseudo-sync:predictor=last"], lines["pseudo-sync:predictor=adaptive"]
+    assert a.get_color() == b.get_color() == plots.algo_color("pseudo-sync")
+    assert a.get_linestyle() != b.get_linestyle()
+    assert plots.layout_problems(figures["c.png"]) == []
+    with pytest.raises(ValueError, match="x must be one of"):
+        plots.plot_method_curves([("P=4", methods)], tmp_path / "d.png", "seconds")
