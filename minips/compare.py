@@ -6,7 +6,9 @@ strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
 ``sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:adaptive:2`` (the
 positional short form ``pseudo-sync:PREDICTOR:K`` still works).
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
-``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``.
+``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
+and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
+and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import dataclasses
 from pathlib import Path
 
 from .cli import add_train_arguments, config_from_args, subcommand
+from .report import time_to_target
 from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
 
-__all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table"]
+__all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "time_to_target",
+           "traffic_ratio"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -83,18 +87,6 @@ def _without_spec(error: Exception, spec: str) -> str:
     """The message of a spec error without its own "algorithm spec 'X':" prefix
     (the caller names the --algos entry already)."""
     return str(error).removeprefix(f"algorithm spec {spec!r}: ")
-
-
-def time_to_target(summary: dict, target: float | None, metric: str = "test_accuracy") -> float | None:
-    """Seconds of training until the first evaluation whose ``metric`` is at
-    or above ``target`` (the ``wall_time_s`` of that history row); None when
-    no evaluation reached it or no target is given."""
-    if target is None:
-        return None
-    for row in summary.get("history") or []:
-        if row.get(metric) is not None and row[metric] >= target:
-            return float(row["wall_time_s"])
-    return None
 
 
 def traffic_ratio(summary: dict, summaries: list[dict]) -> float | None:

@@ -22,7 +22,8 @@ from .rundir import find_runs, load_run
 from .timing import phase_names
 
 __all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs",
-           "algo_color", "run_labels", "run_styles", "PHASE_COLORS", "layout_problems"]
+           "plot_method_curves", "plot_accuracy_vs_traffic", "run_methods", "algo_color", "run_labels",
+           "run_styles", "PHASE_COLORS", "layout_problems"]
 
 #: one colour per timing phase, in every breakdown figure ("other": the step's time outside every phase)
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
@@ -352,11 +353,262 @@ def plot_topology(top, path) -> None:
     _save(fig, path)
 
 
+def run_methods(runs, metric: str = "test_accuracy") -> list[dict]:
+    """The runs (dicts of :func:`load_run` with ``name``) as the "methods" that
+    :func:`plot_method_curves` and :func:`plot_accuracy_vs_traffic` draw: one
+    per run, its evaluation curve (:func:`minips.report.evaluation_curve`),
+    final ``metric`` and MiB sent per rank per step."""
+    from .report import evaluation_curve
+    out = []
+    for r in runs:
+        s = r["summary"]
+        b = s.get("bytes_sent_per_step")
+        out.append({"name": r["name"], "algo": s.get("algo", ""), "curve": evaluation_curve(s, r["trace"], metric),
+                    "final": s.get(metric), "final_std": None, "mib_per_step": None if b is None else b / 2**20})
+    return out
+
+
+def _method_styles(methods) -> list[dict]:
+    """Colour (the algorithm's), line style and marker of each method: the
+    marker by its place, the line style by how many methods before it share
+    its colour (the palette repeats after 20 algorithms, and one algorithm may
+    appear with several option sets), so no two methods look alike."""
+    out, seen = [], {}
+    for i, m in enumerate(methods):
+        color = algo_color(m["algo"])
+        k = seen[color] = seen.get(color, -1) + 1
+        out.append({"color": color, "linestyle": _LINESTYLES[k % len(_LINESTYLES)],
+                    "marker": _MARKERS[(i + k // len(_LINESTYLES)) % len(_MARKERS)]})
+    return out
+
+
+_CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
+               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent")}
+
+
+def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test_accuracy",
+                       note: str = "") -> bool:
+    """``metric`` at each evaluation against ``x`` (``"wall_time_s"``: seconds
+    since the start; ``"mib_sent"``: cumulative MiB each rank sent), one line
+    per method, one panel per ``(title, methods)`` of ``panels`` (methods as
+    :func:`run_methods` gives them; a study passes means over seeds), one
+    legend below the panels. ``note``: a line under the panel titles (e.g.
+    that oversubscribed ranks were not timed). Returns False (and writes
+    nothing) when no method has a point to draw.
+
+    Raises:
+        ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
+    """
+    if x not in _CURVE_AXES:
+        raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")
+    drawable = [[m for m in ms if any(p.get(x) is not None for p in m["curve"])] for _, ms in panels]
+    if not any(drawable):
+        return False
+    plt = _plt()
+    names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
+    legend_rows = -(-len(names) // 3)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 0.5, 4.4 + 0.2 * legend_rows),
+                             squeeze=False)
+    handles = {}
+    styles = _method_styles([next(m for _, ms in panels for m in ms if m["name"] == n) for n in names])
+    styles = dict(zip(names, styles))  # a method looks the same in every panel
+    for ax, (title, _), shown in zip(axes[0], panels, drawable):
+        for m in shown:
+            pts = [p for p in m["curve"] if p.get(x) is not None]
+            line, = ax.plot([p[x] for p in pts], [p[metric] for p in pts], ms=4, label=m["name"],
+                            **styles[m["name"]])
+            handles.setdefault(m["name"], line)
+        label, what = _CURVE_AXES[x]
+        if x == "mib_sent" and shown and all(p[x] > 0 for m in shown for p in m["curve"] if p.get(x) is not None):
+            from matplotlib.ticker import FuncFormatter
+            ax.set_xscale("log")  # compressed and local methods send 10-1000x less than the others
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            label += " (log scale)"
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_title(f"{title}\n{metric.replace('_', ' ')} {what}" + (f"\n{note}" if note else ""), fontsize=10)
+        ax.grid(alpha=0.3)
+        if not shown:
+            ax.text(0.5, 0.5, "no run counted this", ha="center", transform=ax.transAxes)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / fig.get_figheight(), 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(handles)), fontsize=8, frameon=False)
+    _save(fig, path)
+    return True
+
+
+def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: str = "") -> bool:
+    """Final ``metric`` against MiB sent per rank per step (log scale), one
+    labelled point per method (bars: the standard deviation over seeds when a
+    method has ``final_std``), one panel per ``(title, methods)`` of
+    ``panels``. Labels are placed where they overlap no other label or point
+    (a thin line leads to a label set away from its point). Methods that sent
+    nothing cannot sit on a log axis: they are named under the panel.
+    Returns False (and writes nothing) when no method has both numbers."""
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    pts_of = [[m for m in ms if m.get("final") is not None and (m.get("mib_per_step") or 0) > 0]
+              for _, ms in panels]
+    if not any(pts_of):
+        return False
+    most = max(len(p) for p in pts_of)
+    fig, axes = plt.subplots(1, len(panels), figsize=(8.0 * len(panels), 5.0 + 0.1 * most), squeeze=False)
+    names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
+    styles = _method_styles([next(m for _, ms in panels for m in ms if m["name"] == n) for n in names])
+    styles = dict(zip(names, styles))
+    for ax, (title, methods), pts in zip(axes[0], panels, pts_of):
+        for m in pts:
+            st = styles[m["name"]]
+            ax.errorbar([m["mib_per_step"]], [m["final"]], yerr=None if not m.get("final_std") else [m["final_std"]],
+                        fmt=st["marker"], color=st["color"], ms=6, capsize=2, elinewidth=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.margins(x=0.25, y=0.25)
+        ax.set_xlabel("MiB sent per rank per step (log scale)")
+        ax.set_ylabel(f"final {metric.replace('_', ' ')}")
+        ax.set_title(f"{title}\nfinal {metric.replace('_', ' ')} against traffic" + (f"\n{note}" if note else ""),
+                     fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        left_out = [m["name"] for m in methods if m not in pts and m.get("final") is not None]
+        if left_out:
+            ax.text(0.0, -0.16, "sent nothing (not on the log axis): " + ", ".join(left_out), fontsize=7,
+                    transform=ax.transAxes, va="top", wrap=True)
+    fig.tight_layout()
+    for ax, pts in zip(axes[0], pts_of):
+        _label_points(ax, [(m["mib_per_step"], m["final"]) for m in pts], [m["name"] for m in pts],
+                      [algo_color(m["algo"]) for m in pts], bars=[m.get("final_std") or 0.0 for m in pts])
+    _save(fig, path)
+    return True
+
+
+def _label_points(ax, xy, names, colors, fontsize: float = 7.0, bars=None) -> None:
+    """Put ``names[i]`` next to data point ``xy[i]`` where it overlaps no label
+    placed before it, no point, no leader line and stays inside the axes:
+    candidates on rings of growing radius around the point and in rows beside
+    it (in pixels, after the layout is fixed), the nearest free one taken, the
+    most crowded points first; a label away from its point gets a thin leader
+    line in the point's colour, which may cross no label or point either.
+    When no candidate is free the one with the least overlap is taken.
+    ``bars``: the half-height of each point's error bar in data units (the
+    bar is kept clear like the point)."""
+    import numpy as np
+    fig = ax.figure
+    fig.canvas.draw()
+    rend = fig.canvas.get_renderer()
+    to_pt = 72.0 / fig.dpi
+    box = ax.get_window_extent(rend)
+    disp = ax.transData.transform(np.asarray(xy, dtype=float))
+    sizes = []
+    for n in names:
+        t = ax.text(0.5, 0.5, n, fontsize=fontsize, transform=ax.transAxes)  # (data 0 is off a log axis)
+        bb = t.get_window_extent(rend)
+        sizes.append((bb.width, bb.height))
+        t.remove()
+    marker_r = 6.0
+    points = np.column_stack([disp - marker_r, disp + marker_r])  # (n, 4): x0, y0, x1, y1
+    if bars is not None:  # the error bars: as tall as they are drawn
+        xy_arr = np.asarray(xy, dtype=float)
+        lo = ax.transData.transform(xy_arr - np.column_stack([np.zeros(len(xy)), bars]))[:, 1]
+        hi = ax.transData.transform(xy_arr + np.column_stack([np.zeros(len(xy)), bars]))[:, 1]
+        points[:, 1] = np.minimum(points[:, 1], lo)
+        points[:, 3] = np.maximum(points[:, 3], hi)
+    labels = np.zeros((0, 4))  # placed label boxes
+    leaders = np.zeros((0, 4))  # placed leader segments: x0, y0, x1, y1
+
+    def area(b, r):  # (C, 4) boxes x (K, 4) boxes -> (C,) summed overlap areas
+        w = np.minimum(b[:, None, 2], r[None, :, 2]) - np.maximum(b[:, None, 0], r[None, :, 0])
+        h = np.minimum(b[:, None, 3], r[None, :, 3]) - np.maximum(b[:, None, 1], r[None, :, 1])
+        return (np.clip(w, 0, None) * np.clip(h, 0, None)).sum(axis=1)
+
+    rings = [(r * np.cos(a), r * np.sin(a)) for r in (9, 14, 20, 28, 38, 50, 64, 80, 100, 125, 155, 190, 230)
+             for a in np.deg2rad(np.arange(0, 360, 15.0))]
+    crowd = [int(np.sum(np.hypot(*(disp - disp[i]).T) < 60)) for i in range(len(disp))]
+    for i in sorted(range(len(disp)), key=lambda i: -crowd[i]):
+        (x, y), (w, h) = disp[i], sizes[i]
+        # on rings around the point, and stacked in rows beside it (labels are wide and short)
+        rows = [(sx * d, k * (h + 1.5)) for k in range(-16, 17) for d in (10, 22, 40, 65, 95, 130, 170)
+                for sx in (1, -1)]
+        c = np.asarray(rings + rows)
+        dx, dy = c[:, 0], c[:, 1]
+        # the label's near side faces the point
+        x0 = x + dx - np.where(dx < -1, w, np.where(np.abs(dx) <= 1, w / 2, 0.0))
+        y0 = y + dy - np.where(dy < -1, h, np.where(np.abs(dy) <= 1, h / 2, 0.0))
+        bb = np.column_stack([x0 - 1, y0 - 1, x0 + w + 1, y0 + h + 1])
+        r = np.hypot(dx, dy)
+        seg = np.column_stack([np.full_like(dx, x), np.full_like(dy, y), x + dx, y + dy])
+        others = np.delete(points, i, axis=0)
+        # worst: over another label; then a leader line through a label or a point; then over a point
+        cost = 1e4 * area(bb, labels) + 30.0 * area(bb, points) + r
+        cost += 3e3 * _segments_through_boxes(leaders, bb).sum(axis=0)
+        far = r > 12
+        cost += far * 3e3 * (_segments_through_boxes(seg, labels).sum(axis=1)
+                             + _segments_through_boxes(seg, others).sum(axis=1))
+        cost += far * 300.0 * _segments_cross(seg, leaders).sum(axis=1)
+        outside = (bb[:, 0] < box.x0) | (bb[:, 1] < box.y0) | (bb[:, 2] > box.x1) | (bb[:, 3] > box.y1)
+        cost[outside] = np.inf  # off the axes: over the tick labels
+        k = int(np.argmin(cost))
+        if not np.isfinite(cost[k]):  # no room inside the axes at all: beside the point
+            k = int(np.argmin(r + 1e3 * (np.abs(dy) > 1) + 1e3 * (dx < 0)))
+        dx, dy = float(dx[k]), float(dy[k])
+        labels = np.vstack([labels, bb[k]])
+        far = float(r[k]) > 12
+        if far:
+            leaders = np.vstack([leaders, seg[k]])
+        ha = "right" if dx < -1 else ("center" if abs(dx) <= 1 else "left")
+        va = "top" if dy < -1 else ("center" if abs(dy) <= 1 else "bottom")
+        ax.annotate(names[i], xy=xy[i], xytext=(dx * to_pt, dy * to_pt), textcoords="offset points", ha=ha,
+                    va=va, fontsize=fontsize, color="black")
+        if far:  # the leader line: an annotation of its own, so the label's extent is the text's alone
+            ax.annotate("", xy=xy[i], xytext=(dx * to_pt, dy * to_pt), textcoords="offset points",
+                        arrowprops={"arrowstyle": "-", "color": colors[i], "lw": 0.7, "shrinkA": 1, "shrinkB": 4})
+
+
+def _segments_through_boxes(seg, boxes):
+    """``(S, K)``: does segment s (x0, y0, x1, y1) pass through the inside of box
+    k (x0, y0, x1, y1)? Liang-Barsky clipping, vectorized."""
+    import numpy as np
+    sx0, sy0 = seg[:, None, 0], seg[:, None, 1]
+    dx, dy = seg[:, None, 2] - sx0, seg[:, None, 3] - sy0
+    t0 = np.zeros((len(seg), len(boxes)))
+    t1 = np.ones((len(seg), len(boxes)))
+    ok = np.ones((len(seg), len(boxes)), dtype=bool)
+    for p, q in ((-dx, sx0 - boxes[None, :, 0]), (dx, boxes[None, :, 2] - sx0),
+                 (-dy, sy0 - boxes[None, :, 1]), (dy, boxes[None, :, 3] - sy0)):
+        p, q = np.broadcast_to(p, t0.shape), np.broadcast_to(q, t0.shape)
+        zero = p == 0
+        ok &= ~(zero & (q < 0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(zero, 0.0, q / np.where(zero, 1.0, p))
+        t0 = np.where(~zero & (p < 0), np.maximum(t0, t), t0)
+        t1 = np.where(~zero & (p > 0), np.minimum(t1, t), t1)
+    return ok & (t0 < t1)
+
+
+def _segments_cross(a, b):
+    """``(A, B)``: do segments ``a[i]`` and ``b[j]`` (x0, y0, x1, y1) cross (a
+    shared end point does not count)?"""
+
+    def side(p, q, r):
+        return (q[..., 0] - p[..., 0]) * (r[..., 1] - p[..., 1]) - (q[..., 1] - p[..., 1]) * (r[..., 0] - p[..., 0])
+    a1, a2 = a[:, None, :2], a[:, None, 2:]
+    b1, b2 = b[None, :, :2], b[None, :, 2:]
+    return (side(b1, b2, a1) * side(b1, b2, a2) < 0) & (side(a1, a2, b1) * side(a1, a2, b2) < 0)
+
+
 def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     """All figures for these runs into ``out_dir``; returns the files written.
     A directory without ``summary.json`` stands for the runs in its
     subdirectories (see :func:`find_runs`). Runs are labelled by
     :func:`run_labels` (``labels``: one per run, to choose them yourself).
+
+    Files: ``accuracy.png`` (the metric per epoch and against wall time),
+    ``breakdown.png``, ``trace.png``, and when the runs counted their
+    traffic ``traffic.png`` (final metric against total MiB sent, consensus
+    distance), ``accuracy-bytes.png`` (the metric against cumulative MiB sent
+    per rank) and ``accuracy-traffic.png`` (final metric against MiB per
+    step, one labelled point per run).
 
     Raises:
         ValueError: ``labels`` of another length than the runs found.
@@ -374,6 +626,13 @@ def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     plot_trace(runs, files[2])
     if plot_traffic(runs, out / "traffic.png", metric):
         files.append(out / "traffic.png")
+    methods = run_methods(runs, metric)
+    sizes = sorted({r["summary"].get("world_size") for r in runs if r["summary"].get("world_size")})
+    title = "P=" + ",".join(map(str, sizes)) if sizes else "runs"
+    if plot_method_curves([(title, methods)], out / "accuracy-bytes.png", "mib_sent", metric):
+        files.append(out / "accuracy-bytes.png")
+    if plot_accuracy_vs_traffic([(title, methods)], out / "accuracy-traffic.png", metric):
+        files.append(out / "accuracy-traffic.png")
     return files
 
 

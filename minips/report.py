@@ -7,7 +7,8 @@ import numpy as np
 from .kernels import reference_kernels
 from .timing import PHASES
 
-__all__ = ["summary", "format_breakdown", "format_final", "WARMUP_STEPS", "UNITS"]
+__all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "WARMUP_STEPS",
+           "UNITS"]
 
 #: the first steps of a process, left out of the timing means (Numba compiles its
 #: kernels in the first step, a pipeline fills): trace.csv marks them warmup = 1
@@ -152,3 +153,57 @@ def format_final(summary: dict) -> str:
         return (f"final BLEU-4 (0-100): {num(summary['bleu'], '.2f')}, "
                 f"exact match {num(summary.get('exact_match'), '.4f')}")
     return f"final test accuracy: {num(summary.get('test_accuracy'), '.4f')}"
+
+
+def time_to_target(summary: dict, target: float | None, metric: str = "test_accuracy") -> float | None:
+    """Wall seconds of training until the first evaluation whose ``metric`` is
+    at or above ``target`` (the ``wall_time_s`` of that ``history`` row, so
+    evaluations happen once per epoch and the time includes the ones before);
+    None when no evaluation reached it or no target is given. Used by
+    ``compare`` and ``bench study`` alike."""
+    if target is None:
+        return None
+    for row in summary.get("history") or []:
+        if row.get(metric) is not None and row[metric] >= target and row.get("wall_time_s") is not None:
+            return float(row["wall_time_s"])
+    return None
+
+
+def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str = "test_accuracy") -> list[dict]:
+    """One point per complete-epoch evaluation of a finished run: ``epoch``,
+    ``step``, ``wall_time_s`` (seconds since the start), ``mib_sent`` (MiB each
+    rank had sent by then: mean over ranks) and ``metric``'s value.
+
+    ``mib_sent`` is the running sum of ``trace.csv``'s ``bytes_sent`` (rank 0's,
+    per step) over the steps before the evaluation, scaled by the mean over
+    ranks of ``bytes_sent_per_rank`` over rank 0's total (1 when ranks send
+    alike), so the last point is the summary's mean; without a trace,
+    ``step * bytes_sent_per_step`` (traffic spread evenly over the steps);
+    None when the run did not count its traffic. ``trace``: rows of
+    ``trace.csv`` as :func:`minips.rundir.load_run` reads them (strings)."""
+    per_rank = summary.get("bytes_sent_per_rank") or []
+    scale = None
+    cum = []  # cum[k]: bytes rank 0 sent in steps 0..k-1
+    rows = [t for t in trace or [] if t.get("bytes_sent") not in (None, "")]
+    if rows and per_rank:
+        total0 = sum(float(t["bytes_sent"]) for t in rows)
+        scale = (sum(per_rank) / len(per_rank)) / total0 if total0 > 0 else 1.0
+        by_step = {int(t["step"]): float(t["bytes_sent"]) for t in rows}
+        acc = 0.0
+        for k in range(max(by_step) + 2):
+            cum.append(acc)
+            acc += by_step.get(k, 0.0)
+    out = []
+    for h in summary.get("history") or []:
+        if h.get("partial") or h.get(metric) is None:
+            continue
+        step = int(h.get("step") or 0)
+        if scale is not None:
+            mib = cum[min(step, len(cum) - 1)] * scale / 2**20
+        elif summary.get("bytes_sent_per_step") is not None:
+            mib = step * summary["bytes_sent_per_step"] / 2**20
+        else:
+            mib = None
+        out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": h.get("wall_time_s"), "mib_sent": mib,
+                    metric: h[metric]})
+    return out

@@ -13,6 +13,7 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     algos = ["sync", "overlap-sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@rho99"]
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
+    target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -47,7 +48,15 @@ measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
 ``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
 the registry's baseline algorithm when the grid has it) and
-``OUT/G-<lr>.png`` (metric against P per algorithm). Several grids
+``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
+report: in ``G.md`` a table per learning-rate setting with one row per
+algorithm entry (its family, and per P the test metric, MiB sent per rank per
+step and its ratio to the baseline's, seconds to ``target_accuracy`` and the
+consensus distance; :func:`families_report`), in ``G.json`` the same per
+cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
+``-traffic.png`` (the test metric against wall seconds, against cumulative
+MiB sent, and its final value against MiB per step, labelled; drawn by
+:mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
@@ -73,7 +82,8 @@ from pathlib import Path
 from ..distributed.algorithms import BASELINE
 from .cli import register_bench
 
-__all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "run"]
+__all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "family_cells",
+           "families_report", "plot_families", "run"]
 
 def _split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str | None]:
     """An ``algos`` entry -> (the algorithm spec to run, the variant it names or
@@ -237,7 +247,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     out = spec.out(root)
     rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed}
     if (out / "summary.json").exists():
-        return {**rec, **_record(out, grid.metric, grid.report_metric)}
+        return {**rec, **_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     out.mkdir(parents=True, exist_ok=True)
     if spec.predictor_options:
         (out / "predictor.toml").write_text(
@@ -254,7 +264,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
         rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
     wall = time.perf_counter() - t0
     if rc == 0 and (out / "summary.json").exists():
-        return {**rec, **_record(out, grid.metric, grid.report_metric)}
+        return {**rec, **_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
     result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
               "message": stderr.strip().splitlines()[-3:] if stderr.strip() else []}
@@ -264,7 +274,17 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     return {**rec, **result}
 
 
-def _record(out: Path, metric: str, report_metric: str | None = None) -> dict:
+def _record(out: Path, metric: str, report_metric: str | None = None, target: float | None = None) -> dict:
+    """The record of a finished run: its metric (and ``reported`` twin), timing,
+    traffic (``bytes_sent_per_step``: bytes per rank per step), ``family``,
+    ``time_to_target`` (seconds to the first evaluation of the test metric at or
+    above ``target``; None when never), ``consensus_distance`` (only for runs
+    whose ranks differ), ``rank0_*`` (with ``eval-rank0``) and ``curve`` (the
+    test metric, wall seconds and cumulative MiB sent per rank at each
+    evaluation: :func:`minips.report.evaluation_curve`)."""
+    from ..report import evaluation_curve, time_to_target
+    from ..rundir import load_run
+
     s = json.loads((out / "summary.json").read_text())
     if s.get("status") == "diverged":
         return {"status": "diverged", "metric": None, "reported": None, "wall_s": None}
@@ -272,9 +292,15 @@ def _record(out: Path, metric: str, report_metric: str | None = None) -> dict:
     for k in ("val_accuracy", "val_loss", "val_bleu", "consensus_distance"):
         if k in s:
             extra[k] = s[k]
+    extra.update({k: v for k, v in s.items() if k.startswith("rank0_")})
+    tm = report_metric or metric  # the test metric (a val_* metric's report_metric is its test twin)
     return {"status": "ok", "metric": s.get(metric), **extra, "wall_s": s.get("wall_time_s"),
             "step_time_s": s.get("step_time_s"), "test_loss": s.get("test_loss"),
-            "final_lr": s.get("lr"), "world_size": s.get("world_size")}
+            "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
+            "family": s.get("family"), "replicated": s.get("replicated"),
+            "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
+            "time_to_target": time_to_target(s, target, tm),
+            "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
 
 
 def aggregate(records: list[dict], chance: float | None = None) -> dict:
@@ -395,6 +421,229 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
     return "\n".join(lines)
 
 
+def _test_metric(grid: Grid) -> str:
+    """The test metric of the grid's runs: ``metric``, or its ``report_metric``
+    when ``metric`` is measured on a validation split."""
+    return grid.report_metric or grid.metric
+
+
+def _baseline_label(grid: Grid, records: list[dict]) -> str | None:
+    """The grid entry the traffic is compared with: the entry named like the
+    registry's baseline algorithm, else the first entry that runs it."""
+    if BASELINE in grid.algos:
+        return BASELINE
+    return next((a for a in grid.algos for r in records if r["label"] == a and r.get("algo") == BASELINE), None)
+
+
+def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
+    """One dict per (lr setting, algorithm entry, P) that has runs, over the
+    seeds that finished: the test metric's ``mean``/``std``/``min``/``max``
+    (of the model averaged over ranks when they differ), ``n``, ``n_ok``,
+    ``diverged``, ``family``; ``bytes_sent_per_step`` (bytes per rank per
+    step, mean over seeds) and ``bytes_ratio`` (over the baseline entry's at
+    the same lr and P; None without one); ``reached`` (seeds whose test metric
+    reached ``target_accuracy``) and ``time_to_target_s`` (mean wall seconds
+    of those; None when none did or the grid has no target);
+    ``step_time_s`` (seconds per step after the warm-up, slowest rank, mean over
+    seeds); ``consensus_distance`` (mean at the end; None for methods whose
+    ranks stay identical) and ``rank0_mean`` (rank 0's own model, with
+    eval-rank0)."""
+    from ..distributed.algorithms import resolve
+
+    tm = _test_metric(grid)
+    tested = [{**r, "metric": r.get("reported") if grid.report_metric else r.get("metric")} for r in records]
+    agg = aggregate(tested, grid.chance if "accuracy" in tm else None)
+    base = _baseline_label(grid, records)
+
+    def ok(lr_name, label, P):
+        return [r for r in records if (r["lr"], r["label"], r["P"]) == (lr_name, label, P) and r.get("status") == "ok"]
+
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.fmean(xs) if xs else None
+
+    cells = []
+    for lr_name in grid.lr:
+        for label in grid.algos:
+            for P in sorted({r["P"] for r in records}):
+                a = agg.get((lr_name, label, P))
+                if a is None:
+                    continue
+                rs = ok(lr_name, label, P)
+                family = next((r["family"] for r in rs if r.get("family")), None)
+                if family is None:  # no finished run: the registry knows it
+                    family = resolve(_split_entry(label, grid.variants)[0]).cls.family
+                sent = mean(r.get("bytes_sent_per_step") for r in rs)
+                ref = mean(r.get("bytes_sent_per_step") for r in ok(lr_name, base, P)) if base else None
+                times = [r["time_to_target"] for r in rs if r.get("time_to_target") is not None]
+                rank0 = f"rank0_{tm}"
+                cells.append({"lr": lr_name, "label": label, "P": P, "family": family, "metric": tm,
+                              **{k: a[k] for k in ("n", "n_ok", "diverged", "mean", "std", "min", "max")},
+                              "bytes_sent_per_step": sent,
+                              "bytes_ratio": sent / ref if sent is not None and ref else None,
+                              "target": grid.target_accuracy, "reached": len(times),
+                              "time_to_target_s": statistics.fmean(times) if times else None,
+                              "step_time_s": mean(r.get("step_time_s") for r in rs),
+                              "consensus_distance": mean(r.get("consensus_distance") for r in rs),
+                              "rank0_mean": mean(r.get(rank0) for r in rs)})
+    return cells
+
+
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _oversubscribed(records: list[dict]) -> list[int]:
+    """The P whose ranks times threads per rank outnumber this machine's cores."""
+    cores = _cores()
+    return sorted({r["P"] for r in records
+                   if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
+
+
+def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = None) -> str:
+    """The families table per learning-rate setting: one row per algorithm
+    entry (with its family, rows grouped by family in the order the grid names
+    them), per P the test metric (mean ± std over seeds), MiB sent per rank
+    per step and its ratio to the baseline's, milliseconds per step, seconds to
+    the target and the consensus distance at the end; a caption says what each column is and
+    which P were oversubscribed (their times not comparable)."""
+    cells = family_cells(grid, records) if cells is None else cells
+    tm = _test_metric(grid)
+    digits = 2 if "bleu" in tm else 4
+    base = _baseline_label(grid, records)
+    ranks = sorted({c["P"] for c in cells})
+    over = _oversubscribed(records)
+    has_rank0 = any(c["rank0_mean"] is not None for c in cells)
+    target = grid.target_accuracy
+    lines = []
+    for lr_name in grid.lr:
+        cs = {(c["label"], c["P"]): c for c in cells if c["lr"] == lr_name}
+        if not cs:
+            continue
+        labels = [a for a in grid.algos if any((a, P) in cs for P in ranks)]
+        fam = {a: next(cs[(a, P)]["family"] for P in ranks if (a, P) in cs) for a in labels}
+        order = list(dict.fromkeys(fam[a] for a in labels))
+        labels.sort(key=lambda a: order.index(fam[a]))  # stable: the grid's order within a family
+        head = ["family", "algorithm"]
+        for P in ranks:
+            head += [f"P={P} {tm.replace('_', ' ')}", *([f"P={P} rank 0"] if has_rank0 else []),
+                     f"P={P} MiB/step" + (f" (vs {base})" if base else ""),
+                     f"P={P} ms/step", *([f"P={P} s to {target:g}"] if target is not None else []),
+                     f"P={P} consensus"]
+        lines += [f"## families, lr setting `{lr_name}`: all methods side by side", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for a in labels:
+            row = [fam[a], a]
+            for P in ranks:
+                c = cs.get((a, P))
+                if c is None:
+                    row += ["-"] * (4 + has_rank0 + (target is not None))
+                    continue
+                if c["mean"] is None:
+                    acc = f"div {c['diverged']}/{c['n']}" if c["diverged"] else f"failed {c['n'] - c['n_ok']}/{c['n']}"
+                else:
+                    acc = (f"{c['mean']:.{digits}f} (1 seed)" if c["n_ok"] == 1
+                           else f"{c['mean']:.{digits}f} ± {c['std']:.{digits}f}")
+                    if 1 < c["n_ok"] < c["n"]:
+                        acc += f" ({c['n_ok']}/{c['n']} seeds)"
+                row.append(acc)
+                if has_rank0:
+                    row.append("-" if c["rank0_mean"] is None else f"{c['rank0_mean']:.{digits}f}")
+                b = c["bytes_sent_per_step"]
+                row.append("n/a" if b is None else f"{b / 2**20:.3g}"
+                           + ("" if c["bytes_ratio"] is None else f" ({c['bytes_ratio']:.3g}x)"))
+                st = c["step_time_s"]
+                row.append("n/a" if st is None else f"{1e3 * st:.2f}")
+                if target is not None:
+                    t = c["time_to_target_s"]
+                    row.append("not reached" if t is None else f"{t:.1f}"
+                               + ("" if c["reached"] == c["n_ok"] else f" ({c['reached']}/{c['n_ok']} seeds)"))
+                row.append("-" if c["consensus_distance"] is None else f"{c['consensus_distance']:.3g}")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    cap = [f"{tm.replace('_', ' ')}: mean ± sample std over the seeds that finished (of the model averaged over "
+           "ranks for methods whose ranks hold different weights)"
+           + ("; rank 0: the mean over seeds of rank 0's own model" if has_rank0 else "") + ". "
+           "MiB/step: MiB each rank sent per training step (mean over ranks, steps and seeds)"
+           + (f", in brackets over {base}'s at the same P" if base else "") + ". "
+           "ms/step: milliseconds per training step after the warm-up, of the slowest rank (mean over seeds)"
+           + (f", on an EMULATED {grid.train['network']} network" if grid.train.get("network") else "") + ". "]
+    if target is not None:
+        cap.append(f"s to {target:g}: wall seconds from the start until the first evaluation (once per epoch) "
+                   f"with {tm.replace('_', ' ')} at or above {target:g}, mean over the seeds that reached it "
+                   "(k/n seeds when not all did); `not reached` when no seed did. ")
+    if over:
+        cap.append(f"Times at P = {', '.join(map(str, over))} are not comparable: those runs had more ranks "
+                   f"(times threads per rank) than the {_cores()} cores of the machine writing this report "
+                   "(oversubscribed), so they measure the sharing of cores as much as the method. ")
+    cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
+               "whose ranks stay identical.")
+    return "\n".join(lines) + "\n" + "".join(cap) + "\n"
+
+
+def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
+    """The evaluation curves of the seeds of one cell, averaged point by point
+    (the first k evaluations, k the fewest any seed has); ``mib_sent`` None
+    when a seed did not count its traffic."""
+    curves = [r.get("curve") or [] for r in runs]
+    k = min((len(c) for c in curves), default=0)
+    out = []
+    for i in range(k):
+        pts = [c[i] for c in curves]
+        mib = [p.get("mib_sent") for p in pts]
+        out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "mib_sent": None if None in mib else statistics.fmean(mib),
+                    metric: statistics.fmean(p[metric] for p in pts)})
+    return out
+
+
+def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "study",
+                  cells: list[dict] | None = None) -> list[Path]:
+    """Per learning-rate setting, with one panel per P and one line or point
+    per algorithm entry (means over seeds): ``{stem}-{lr}-time.png`` (the test
+    metric against wall seconds), ``{stem}-{lr}-bytes.png`` (against the
+    cumulative MiB each rank sent) and ``{stem}-{lr}-traffic.png`` (the final
+    test metric against MiB per step, log scale, each point labelled, bars
+    the std over seeds). The same drawing code as ``compare``'s figures
+    (:mod:`minips.plots`)."""
+    from ..plots import plot_accuracy_vs_traffic, plot_method_curves
+
+    cells = family_cells(grid, records) if cells is None else cells
+    tm = _test_metric(grid)
+    over = _oversubscribed(records)
+    paths = []
+    for lr_name in grid.lr:
+        cs = {(c["label"], c["P"]): c for c in cells if c["lr"] == lr_name}
+        if not cs:
+            continue
+        panels, timed = [], []
+        for P in sorted({c["P"] for c in cs.values()}):
+            methods = []
+            for a in grid.algos:
+                c = cs.get((a, P))
+                rs = [r for r in records if (r["lr"], r["label"], r["P"]) == (lr_name, a, P)
+                      and r.get("status") == "ok"]
+                if c is None or not rs:
+                    continue
+                b = c["bytes_sent_per_step"]
+                methods.append({"name": a, "algo": rs[0].get("algo") or "", "curve": _mean_curve(rs, tm),
+                                "final": c["mean"], "final_std": c["std"] if c["n_ok"] > 1 else None,
+                                "mib_per_step": None if b is None else b / 2**20})
+            panels.append((f"P={P}, lr setting {lr_name}, mean over seeds", methods))
+            timed.append((f"P={P}, lr setting {lr_name}, mean over seeds"
+                           + (f"\noversubscribed ({P} ranks on {_cores()} cores): times not comparable"
+                              if P in over else ""), methods))
+        files = [out_dir / f"{stem}-{lr_name}-{suffix}.png" for suffix in ("time", "bytes", "traffic")]
+        drawn = [plot_method_curves(timed, files[0], "wall_time_s", tm),
+                 plot_method_curves(panels, files[1], "mib_sent", tm), plot_accuracy_vs_traffic(panels, files[2], tm)]
+        paths += [f for f, ok in zip(files, drawn) if ok]
+    return paths
+
+
 def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", stem: str = "study") -> list[Path]:
     """One PNG per learning-rate setting: the metric against P per algorithm
     (mean over seeds, bars = min-max; diverged runs marked)."""
@@ -491,16 +740,19 @@ def run(args) -> int:
                                      "command.txt); fix the grid and run the same command again")
     else:
         records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed,
-                    **_record(s.out(root), grid.metric, grid.report_metric)}
+                    **_record(s.out(root), grid.metric, grid.report_metric, grid.target_accuracy)}
                    for s in specs if (s.out(root) / "summary.json").exists()]
     if not records:
         print("no finished runs yet")
         return 1
     stem = Path(grid.source).stem
-    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records}, indent=2) + "\n")
-    report = markdown_report(grid, records, args.title or stem)
+    cells = family_cells(grid, records)
+    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells},
+                                                  indent=2) + "\n")
+    report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)
     (root / f"{stem}.md").write_text(report + "\n")
     plot_study(grid, records, root, args.title or stem, stem)
+    plot_families(grid, records, root, stem, cells)
     print("\n" + report)
     return 0
 
