@@ -444,6 +444,8 @@ show(fig, OUT / "breakeven.png")
 # **Where next**: `python -m minips algorithms` lists every compressor and method option
 # (`topk-sgd:compressor=randomk`, `powersgd:rank=4`, `choco-sgd` for compressed gossip),
 # and `docs/compression.md` describes the nine compression methods next to their code.
+# `docs/choosing.md` weighs every family against the others (which algorithm when), from
+# the side-by-side study of `docs/results.md` section 10.
 
 # %%
 say(f"step 13 done in {time.perf_counter() - T0:.0f} s")
