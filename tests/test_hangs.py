@@ -127,3 +127,30 @@ def test_sigint_to_one_rank_during_its_imports_ends_the_job(tmp_path):
     else:  # the signal came later: minips' abort or the stop protocol ended it (the test above)
         assert ("interrupted (SIGINT) on this rank" in stderr and proc.returncode != 0) or \
             proc.returncode == 0, (early, proc.returncode, stderr[-2000:])
+
+
+def test_a_rank_that_dies_before_mpi_starts_does_not_hang_the_others(tmp_path):
+    """A rank that exits before it reaches MPI_Init (here: a second program of
+    an MPMD launch that calls sys.exit(3) at once; in life, Ctrl-C during the
+    interpreter's start-up) leaves the others waiting in MPI_Init, where no
+    Python code runs: they end after MINIPS_MPI_INIT_TIMEOUT seconds with a
+    traceback instead of waiting for ever (with the timeout at 0 this launch
+    hangs until the test's timeout)."""
+    t0 = time.time()
+    r = subprocess.run([MPIEXEC, "-n", "1", sys.executable, "-c", "import sys; sys.exit(3)", ":",
+                        "-n", "1", sys.executable, "-m", "minips", "train", "--model", "mlp", "--epochs", "1",
+                        "--quiet", "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
+                       env=subprocess_env({"MINIPS_MPI_INIT_TIMEOUT": "5"}))
+    assert r.returncode != 0
+    assert "Timeout (0:00:05)!" in r.stderr and "_init_mpi_within_timeout" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < 60
+
+
+def test_mpi_init_timeout_must_be_a_number(tmp_path):
+    r = subprocess.run([MPIEXEC, "-n", "1", sys.executable, "-m", "minips", "train", "--model", "mlp",
+                        "--epochs", "1", "--quiet", "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
+                       env=subprocess_env({"MINIPS_MPI_INIT_TIMEOUT": "five"}))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "MINIPS_MPI_INIT_TIMEOUT='five' is not a number of seconds" in r.stderr, r.stderr[-2000:]

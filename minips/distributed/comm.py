@@ -62,6 +62,47 @@ _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "
 _P2P_TAG = 0x6D70  # the tag of sendrecv/iexchange messages; MPI keeps them in order per (peer, tag)
 
 
+#: Seconds a rank may spend in MPI_Init and the first node query before it gives
+#: up (``MINIPS_MPI_INIT_TIMEOUT``; 0 = wait for ever). See :func:`_init_mpi_within_timeout`.
+MPI_INIT_TIMEOUT_S = 300.0
+
+
+def _init_mpi_within_timeout():
+    """``from mpi4py import MPI`` (which runs MPI_Init) and the first collective,
+    ended by the process itself if they do not return within
+    ``MINIPS_MPI_INIT_TIMEOUT`` seconds (default :data:`MPI_INIT_TIMEOUT_S`).
+
+    Why: when one rank dies before it reaches MPI_Init (Ctrl-C or ``sys.exit``
+    during the interpreter's start-up), mpiexec does not end the others, which
+    wait in MPI_Init for it for ever. No Python code can run while MPI_Init
+    blocks, so the timer is :func:`faulthandler.dump_traceback_later`, a C
+    thread: it prints "Timeout" and the stack (ending in this function) to
+    stderr and exits with status 1.
+
+    Returns:
+        the ``mpi4py.MPI`` module, initialised.
+    Raises:
+        ValueError: ``MINIPS_MPI_INIT_TIMEOUT`` is not a number.
+    """
+    import faulthandler
+
+    raw = os.environ.get("MINIPS_MPI_INIT_TIMEOUT", "")
+    try:
+        timeout = float(raw) if raw else MPI_INIT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"MINIPS_MPI_INIT_TIMEOUT={raw!r} is not a number of seconds (0 = no limit)") from None
+    if timeout > 0:
+        sys.stderr.flush()
+        faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        from mpi4py import MPI  # MPI_Init: blocks until every rank of the job has started
+        MPI.COMM_WORLD.Barrier()  # and has got this far
+    finally:
+        if timeout > 0:
+            faulthandler.cancel_dump_traceback_later()
+    return MPI
+
+
 def launched_by_mpi() -> bool:
     """True when a process manager (mpiexec, srun with PMI/PMIx) started us,
     or when ``MINIPS_MPI=1`` asks for MPI explicitly."""
@@ -286,7 +327,7 @@ class Comm:
         self.MPI = None
         if mpi_comm is None and launched_by_mpi():
             try:
-                from mpi4py import MPI
+                MPI = _init_mpi_within_timeout()
             except ImportError:
                 raise RuntimeError("launched by mpiexec but mpi4py is not installed: "
                                    "pip install -e '.[mpi]'") from None
