@@ -148,6 +148,15 @@ def test_no_oversubscription_note_with_enough_cores(study_dir, monkeypatch):
     assert "not comparable" not in md
 
 
+def test_without_a_target_the_report_says_how_to_get_the_seconds_to_it(study_dir, monkeypatch):
+    grid, out = study_dir
+    grid.write_text(GRID.replace("target_accuracy = 0.8\n", ""))
+    md, _ = _report(grid, out, monkeypatch, cores=8)
+    head, _ = _rows(md)
+    assert not any(h.startswith("P=4 s to") for h in head)
+    assert "the grid has no target_accuracy (add e.g. target_accuracy = 0.85 and rerun with --report-only)" in md
+
+
 def test_a_cell_without_the_baseline_has_no_ratio(study_dir, monkeypatch):
     grid, out = study_dir
     import shutil
