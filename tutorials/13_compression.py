@@ -27,8 +27,8 @@
 # - **where compression pays**: compressing costs CPU time, so a method wins only on links
 #   slower than a **break-even bandwidth**, which we compute with the library's cost model.
 #
-# **Runs in**: one process (it launches `mpiexec -n 2` itself in section 4), about 80 s
-# (measured with other jobs running). **Files to read alongside**:
+# **Runs in**: one process (it launches `mpiexec -n 2` itself in section 4), 10 s to 80 s
+# (measured with other jobs running, load average 4 to 15-19). **Files to read alongside**:
 # `minips/distributed/compression/memory.py` (error feedback), `topk.py`, `qsgd.py`,
 # `minips/distributed/algorithms/topk_sgd.py`, `docs/compression.md`, and
 # `docs/results.md` section 9.
