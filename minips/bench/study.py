@@ -176,6 +176,12 @@ def load_grid(path) -> Grid:
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
     _check_target(p, raw)
+    for key, kind in (("ranks", int), ("seeds", int), ("algos", str)):
+        v = raw[key]
+        if not isinstance(v, list) or not v or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
+            eg = {"ranks": "[2, 4]", "seeds": "[0, 1]", "algos": '["sync", "local-sgd:period=4"]'}[key]
+            raise StudyError(f"{p}: {key} = {v!r}: give a non-empty list of "
+                             f"{'integers' if kind is int else 'algorithm specs'}, e.g. {key} = {eg}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
              train=dict(raw["train"]), lr={k: dict(v) for k, v in raw["lr"].items()},
              variants={k: dict(v) for k, v in raw.get("variants", {}).items()},
@@ -715,11 +721,18 @@ def _split(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
 
 
+def _ints(flag: str, s):
+    """``--ranks``/``--seeds`` "0,1" -> [0, 1] (None when not given)."""
+    try:
+        return [int(x) for x in _split(s)] if s else None
+    except ValueError:
+        raise StudyError(f"{flag} {s}: give comma-separated integers, e.g. {flag} 0,1") from None
+
+
 def run(args) -> int:
     grid = load_grid(args.grid)
     root = Path(args.out)
-    ranks = [int(x) for x in _split(args.ranks)] if args.ranks else None
-    seeds = [int(x) for x in _split(args.seeds)] if args.seeds else None
+    ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
     specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
     if args.report_only and not (root / "runs").is_dir():
         raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
