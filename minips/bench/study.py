@@ -179,7 +179,7 @@ def load_grid(path) -> Grid:
     for key, kind in (("ranks", int), ("seeds", int), ("algos", str)):
         v = raw[key]
         if not isinstance(v, list) or not v or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
-            eg = {"ranks": "[2, 4]", "seeds": "[0, 1]", "algos": '["sync", "local-sgd:period=4"]'}[key]
+            eg = {"ranks": "[2, 4]", "seeds": "[0, 1]", "algos": f'["{BASELINE}", ...]'}[key]
             raise StudyError(f"{p}: {key} = {v!r}: give a non-empty list of "
                              f"{'integers' if kind is int else 'algorithm specs'}, e.g. {key} = {eg}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
