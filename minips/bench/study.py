@@ -798,7 +798,7 @@ def run(args) -> int:
 def add_arguments(p):
     p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
     p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")
-    p.add_argument("--ranks", help="only these rank counts, e.g. 2,4")
+    p.add_argument("--ranks", help="these rank counts instead of the grid's (a subset, or others), e.g. 2,4")
     p.add_argument("--seeds", help="only these seeds, e.g. 0")
     p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
     p.add_argument("--algos", help="only these algos entries")
