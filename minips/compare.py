@@ -220,5 +220,8 @@ def _cmd_compare(args) -> int:
         raise ConfigError(f"--target-accuracy {target}: give the test accuracy to reach, in (0, 1] "
                           "(or a BLEU score up to 100 for the captioner)")
     cfg = config_from_args(args)
+    if target is not None and target > 1 and cfg.model != "captioner":  # accuracy is a fraction, BLEU 0..100
+        raise ConfigError(f"--target-accuracy {target:g}: test accuracy is a fraction in (0, 1] "
+                          f"(did you mean {target / 100:g}?); only the captioner's BLEU goes up to 100")
     run_compare(cfg, parse_algos(args.algos), cfg.out, target)
     return 0

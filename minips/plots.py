@@ -394,14 +394,17 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     :func:`run_methods` gives them; a study passes means over seeds), one
     legend below the panels. ``note``: a line under the panel titles (e.g.
     that oversubscribed ranks were not timed). Returns False (and writes
-    nothing) when no method has a point to draw.
+    nothing) when no method has a point to draw (against MiB: when no method
+    sent any bytes, as with one process).
 
     Raises:
         ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
     """
     if x not in _CURVE_AXES:
         raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")
-    drawable = [[m for m in ms if any(p.get(x) is not None for p in m["curve"])] for _, ms in panels]
+    # a method that sent nothing (one process) has no line against MiB: it would sit on a degenerate axis
+    drawable = [[m for m in ms if any(p.get(x) is not None and (x != "mib_sent" or p[x] > 0) for p in m["curve"])]
+                for _, ms in panels]
     if not any(drawable):
         return False
     plt = _plt()

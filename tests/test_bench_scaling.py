@@ -57,7 +57,8 @@ def test_bench_scaling_smoke(tmp_path):
     assert (tmp_path / "m.png").stat().st_size > 1000 and (tmp_path / "p.png").stat().st_size > 1000
     assert "weak" not in r.stderr and "projected E(P)" in r.stdout
     # the model and plots again from the JSON, running nothing
-    r = run_cli(["bench", "scaling", "--from-json", str(js), "--project-networks", "10gbe"], timeout=60)
+    r = run_cli(["bench", "scaling", "--from-json", str(js), "--project-networks", "10gbe", "--out",
+                 str(tmp_path / "again")], timeout=60)
     assert r.returncode == 0, r.stderr
     assert "10 GbE" in r.stdout and "predicted vs measured" in r.stdout
 
@@ -88,9 +89,13 @@ def test_projection_of_every_family_from_a_committed_measurement(tmp_path):
     src = Path(__file__).resolve().parents[1] / "docs" / "bench" / "scaling-real-t3.json"
     js, png = tmp_path / "all.json", tmp_path / "all.png"
     r = run_cli(["bench", "scaling", "--from-json", str(src), "--project-also", "all", "--project-networks",
-                 "ib-edr,1gbe", "--project-max", "1024", "--json", str(js), "--plot-projection", str(png)],
-                timeout=120)
+                 "ib-edr,1gbe", "--project-max", "1024", "--json", str(js), "--plot-projection", str(png),
+                 "--out", str(tmp_path / "runs")], timeout=120)
     assert r.returncode == 0, r.stderr
+    # the tables beside --json, not in --out (runs/scaling: it may hold a measured run's own tables)
+    assert "projected E(P)" in (tmp_path / "all.txt").read_text()
+    assert not (tmp_path / "runs" / "scaling.txt").exists()
+    assert f"wrote {js} (everything) and {tmp_path / 'all.txt'} (these tables)" in r.stdout
     res = json.loads(js.read_text())
     projected = set(res["projection"]["1gbe"]["algos"])
     names = {a.split(":")[0] for a in projected}

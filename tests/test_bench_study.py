@@ -68,10 +68,46 @@ def test_load_and_expand(tmp_path):
     (GRID.replace("adaptive:2@fixed", "adaptive:2:rho=x@fixed"), "rho"),
     (GRID.replace("ranks = [1, 2]", "ranks = [0]"), "ranks must be"),
     ("bogus = 1\n" + GRID, "unknown key"),
+    ("target_acuracy = 0.8\n" + GRID, r"unknown key\(s\) target_acuracy; a grid's keys are .*target_accuracy"),
+    ("target_accuracy = 82\n" + GRID, r"target_accuracy = 82: .*\(0, 1\].*did you mean 0.82\?"),
+    ("target_accuracy = 'abc'\n" + GRID, r"target_accuracy = 'abc': give the test_accuracy to reach"),
+    ("target_accuracy = 0\n" + GRID, r"target_accuracy = 0: "),
+    ("target_accuracy = 120\nmetric = 'bleu'\n" + GRID, r"target_accuracy = 120: give the bleu .*\(0, 100\]"),
+    (GRID.replace("ranks = [1, 2]", "ranks = 2"), r"ranks = 2: give a non-empty list of integers, e.g. ranks = "),
+    (GRID.replace("seeds = [0]", "seeds = ['0']"), r"seeds = \['0'\]: give a non-empty list of integers"),
+    (GRID.replace('algos = ["sync", "pseudo-sync:last:1", "pseudo-sync:adaptive:2@fixed"]', "algos = []"),
+     r"algos = \[\]: give a non-empty list of algorithm specs"),
 ])
 def test_bad_grids(tmp_path, text, msg):
     with pytest.raises(StudyError, match=msg):
         load_grid(write(tmp_path, text))
+
+
+def test_a_bleu_target_may_exceed_one(tmp_path):
+    assert load_grid(write(tmp_path, "target_accuracy = 30\nmetric = 'bleu'\n" + GRID)).target_accuracy == 30
+
+
+def test_report_only_on_a_folder_without_runs_says_what_to_do(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "missing"):
+        r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(out), "--report-only"], timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"--report-only: {out} holds no runs folder" in r.stderr and "without --report-only" in r.stderr
+    assert not (tmp_path / "missing").exists()  # nothing was created
+
+
+def test_a_seed_that_is_not_a_number_is_named(tmp_path):
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--seeds", "x", "--dry-run"],
+                timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "error: --seeds x: give comma-separated integers, e.g. --seeds 0,1" in r.stderr
+
+
+def test_dry_run_counts_the_runs_on_stderr(tmp_path):
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--dry-run"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 12 and "12 runs (dry run: nothing started)" in r.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_at_name_without_a_variant_table_is_a_label(tmp_path):

@@ -99,3 +99,11 @@ def test_compare_refuses_a_target_outside_the_metric_range(tmp_path):
     r = run_cli(["compare", "--algos", "sync", "--model", "mlp", "--target-accuracy", "-1", "--out",
                  str(tmp_path / "c")], timeout=60)
     assert r.returncode == 2 and "--target-accuracy -1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compare_refuses_a_percentage_as_an_accuracy_target(tmp_path):
+    r = run_cli(["compare", "--algos", "sync", "--model", "mlp", "--target-accuracy", "85", "--out",
+                 str(tmp_path / "c")], timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--target-accuracy 85: test accuracy is a fraction in (0, 1] (did you mean 0.85?)" in r.stderr
+    assert not (tmp_path / "c").exists()  # nothing was trained

@@ -52,6 +52,21 @@ def test_compare_refuses_a_folder_with_runs(tmp_path, capsys):
     assert main([*args, "--overwrite"]) == 0
 
 
+def test_overwrite_removes_every_figure_compare_draws(tmp_path):
+    """compare --overwrite clears all the figures a compare can write: a figure
+    the new run does not draw (one process sends nothing: no accuracy against
+    bytes) must not be left over from the old one."""
+    from minips.rundir import clear_run_files
+    out = tmp_path / "cmp"
+    out.mkdir()
+    figs = ["accuracy.png", "breakdown.png", "trace.png", "traffic.png", "accuracy-bytes.png",
+            "accuracy-traffic.png"]
+    for f in [*figs, "compare.md", "notes.txt"]:
+        (out / f).write_text("x")
+    clear_run_files(out)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
 def test_units_in_summary_and_trace(tmp_path):
     out = tmp_path / "run"
     assert main([*MLP, "--algo", "sync", "--max-steps", "8", "--out", str(out)]) == 0

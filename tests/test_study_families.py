@@ -148,6 +148,15 @@ def test_no_oversubscription_note_with_enough_cores(study_dir, monkeypatch):
     assert "not comparable" not in md
 
 
+def test_without_a_target_the_report_says_how_to_get_the_seconds_to_it(study_dir, monkeypatch):
+    grid, out = study_dir
+    grid.write_text(GRID.replace("target_accuracy = 0.8\n", ""))
+    md, _ = _report(grid, out, monkeypatch, cores=8)
+    head, _ = _rows(md)
+    assert not any(h.startswith("P=4 s to") for h in head)
+    assert "the grid has no target_accuracy (add e.g. target_accuracy = 0.85 and rerun with --report-only)" in md
+
+
 def test_a_cell_without_the_baseline_has_no_ratio(study_dir, monkeypatch):
     grid, out = study_dir
     import shutil
@@ -280,3 +289,18 @@ def test_methods_of_one_colour_get_different_line_styles(tmp_path, figures):
     assert plots.layout_problems(figures["c.png"]) == []
     with pytest.raises(ValueError, match="x must be one of"):
         plots.plot_method_curves([("P=4", methods)], tmp_path / "d.png", "seconds")
+
+
+def test_no_accuracy_against_bytes_figure_when_no_run_sent_anything(tmp_path, figures):
+    """A 1-process compare sends no bytes: accuracy against MiB sent would be
+    one point at 0 on a degenerate axis, so that figure is not drawn; a
+    method that sent bytes is drawn beside one that did not."""
+    nothing = [{"wall_time_s": 1.0, "mib_sent": 0.0, "test_accuracy": 0.83}]
+    some = [{"wall_time_s": 1.0, "mib_sent": 2.0, "test_accuracy": 0.83}]
+    one = [{"name": "sync", "algo": "sync", "curve": nothing, "final": 0.83, "mib_per_step": 0.0}]
+    assert not plots.plot_method_curves([("P=1", one)], tmp_path / "b.png", "mib_sent")
+    assert not (tmp_path / "b.png").exists() and "b.png" not in figures
+    assert plots.plot_method_curves([("P=1", one)], tmp_path / "t.png", "wall_time_s")  # time: still drawn
+    two = one + [{"name": "local-sgd", "algo": "local-sgd", "curve": some, "final": 0.83, "mib_per_step": 0.5}]
+    assert plots.plot_method_curves([("P=2", two)], tmp_path / "c.png", "mib_sent")
+    assert [ln.get_label() for ln in figures["c.png"].axes[0].lines] == ["local-sgd"]

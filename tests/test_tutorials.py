@@ -146,3 +146,32 @@ def test_tutorials_are_notebooks(step):
     kinds = [c.cell_type for c in nb.cells]
     assert kinds[0] == "markdown" and kinds.count("markdown") >= 5 and kinds.count("code") >= 5
     assert nb.cells[0].source.startswith(f"# Step {int(step[:2])}:")
+
+
+def _cli_calls_that_write_a_run(step):
+    """The ``mpiexec(...)`` / ``minips_cli(...)`` calls of a step whose argument
+    list names ``train`` or ``compare`` and an ``--out``: (line, list of the
+    list's string constants)."""
+    import ast
+    calls = []
+    for node in ast.walk(ast.parse((TUT / f"{step}.py").read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("mpiexec", "minips_cli"):
+            for arg in node.args:
+                if isinstance(arg, ast.List):
+                    words = [e.value for e in arg.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                    if {"train", "compare"} & set(words) and "--out" in words:
+                        calls.append((node.lineno, words))
+    return calls
+
+
+def test_a_step_can_be_run_again():
+    """A student runs a step again after solving an exercise: every run it writes
+    through the CLI must replace the previous one (train and compare refuse an
+    --out that holds a run), not stop the step with a RuntimeError."""
+    found = 0
+    for step in STEPS:
+        for line, words in _cli_calls_that_write_a_run(step):
+            found += 1
+            assert "--overwrite" in words or "--resume" in words, \
+                f"tutorials/{step}.py line {line}: add --overwrite (a second run of the step would fail)"
+    assert found >= 5  # steps 8, 10, 11, 12 and 13 write runs through the CLI

@@ -30,8 +30,8 @@
 # - **Gossip-PGA** (Chen et al., ICML 2021): gossip SGD with a global average every H steps,
 #   and what that average does to the consensus distance.
 #
-# **Runs in**: one process (it launches `mpiexec -n 8` itself in section 6), about two
-# minutes. **Files to read alongside**: `minips/distributed/topology.py`,
+# **Runs in**: one process (it launches `mpiexec -n 8` itself in section 6), from 25 s
+# (load average 3-5) to two minutes (load 21) on a 2-core machine. **Files to read alongside**: `minips/distributed/topology.py`,
 # `minips/averaging/` (`plain.py`, `accelerated.py`, `push_sum.py`, `lab.py`),
 # `minips/distributed/algorithms/d_psgd.py`, `gossip_pga.py`, `docs/gossip.md` and
 # `docs/distributed.md` (section "Gossip (decentralized) methods").

@@ -27,8 +27,8 @@
 # - **where compression pays**: compressing costs CPU time, so a method wins only on links
 #   slower than a **break-even bandwidth**, which we compute with the library's cost model.
 #
-# **Runs in**: one process (it launches `mpiexec -n 2` itself in section 4), about 80 s
-# (measured with other jobs running). **Files to read alongside**:
+# **Runs in**: one process (it launches `mpiexec -n 2` itself in section 4), 10 s to 80 s
+# (measured with other jobs running, load average 4 to 15-19). **Files to read alongside**:
 # `minips/distributed/compression/memory.py` (error feedback), `topk.py`, `qsgd.py`,
 # `minips/distributed/algorithms/topk_sgd.py`, `docs/compression.md`, and
 # `docs/results.md` section 9.
@@ -218,7 +218,7 @@ assert gap < 1e-5 and abs(objective(x) - f_ef[-1]) <= 1e-3 * f_ef[-1]
 # %%
 algos = "sync,topk-sgd:ratio=0.0002,topk-sgd:ratio=0.0002:error-feedback=false"
 mpiexec(2, ["-m", "minips", "compare", "--algos", algos, "--model", "mlp", "--epochs", pick(3, 1),
-            "--out", OUT / "compare", "--quiet", *pick([], ["--max-steps", 8])], quiet=True)
+            "--out", OUT / "compare", "--quiet", "--overwrite", *pick([], ["--max-steps", 8])], quiet=True)
 summaries = json.loads((OUT / "compare" / "compare.json").read_text())
 base = summaries[0]["bytes_sent_per_step"]
 say(f"{'algorithm':42s} {'test acc':>8s} {'test loss':>9s} {'bytes/step':>11s} {'vs sync':>8s}")

@@ -31,7 +31,8 @@ Then the model (:mod:`minips.distributed.projection`):
   compute and ideal offloaded overlap (phi = ``--project-interference``,
   default 0), next to the seed paper's 93.4 % (64 nodes) and 90.5 % (128).
 
-Prints the tables and writes them to ``OUT/scaling.txt``, everything to
+Prints the tables and writes them to ``OUT/scaling.txt`` (beside ``--json``,
+with its name and ``.txt``, when one is given), everything to
 ``--json`` (default ``OUT/scaling.json``), and ``--plot`` (measured breakdown
 and E(P); projection). A "-" in a table is explained under it. ``--from-json`` redoes the model and plots
 from an earlier JSON without running anything.
@@ -648,12 +649,13 @@ def run(args) -> int:
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
-    report_dir = Path(args.out)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    json_path = Path(args.json) if args.json else report_dir / "scaling.json"
+    # with --json the tables go beside it (OUT may hold another run's scaling.txt)
+    json_path = Path(args.json) if args.json else Path(args.out) / "scaling.json"
+    txt_path = json_path.with_suffix(".txt") if args.json else Path(args.out) / "scaling.txt"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(result, indent=2) + "\n")
-    say(f"\nwrote {json_path} (everything) and {report_dir / 'scaling.txt'} (these tables)")
-    (report_dir / "scaling.txt").write_text("\n".join(lines) + "\n")
+    say(f"\nwrote {json_path} (everything) and {txt_path} (these tables)")
+    txt_path.write_text("\n".join(lines) + "\n")
     if args.plot:
         plot_scaling(result, args.plot)
         say(f"wrote {args.plot}")
@@ -684,7 +686,8 @@ def add_arguments(p):
                    help="mpiexec -bind-to core when the ranks fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
     p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs and of the report: "
-                                                         "scaling.txt (the tables) and scaling.json (unless --json)")
+                                                         "scaling.txt (the tables) and scaling.json (unless --json: "
+                                                         "then both beside it)")
     p.add_argument("--comm-json", help="bench comm --json output: its alpha-beta fit (and poll-mode overlap) "
                                        "for the predicted-vs-measured check")
     p.add_argument("--interference", default="auto",

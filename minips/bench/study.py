@@ -170,10 +170,18 @@ def load_grid(path) -> Grid:
     for key in ("ranks", "seeds", "algos", "train", "lr"):
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
-    unknown = set(raw) - {"ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric",
-                          "chance", "report_metric", "target_accuracy"}
+    known = ("ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric", "chance",
+             "report_metric", "target_accuracy")
+    unknown = set(raw) - set(known)
     if unknown:
-        raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
+    _check_target(p, raw)
+    for key, kind in (("ranks", int), ("seeds", int), ("algos", str)):
+        v = raw[key]
+        if not isinstance(v, list) or not v or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
+            eg = {"ranks": "[2, 4]", "seeds": "[0, 1]", "algos": f'["{BASELINE}", ...]'}[key]
+            raise StudyError(f"{p}: {key} = {v!r}: give a non-empty list of "
+                             f"{'integers' if kind is int else 'algorithm specs'}, e.g. {key} = {eg}")
     g = Grid(ranks=[int(r) for r in raw["ranks"]], seeds=[int(s) for s in raw["seeds"]], algos=list(raw["algos"]),
              train=dict(raw["train"]), lr={k: dict(v) for k, v in raw["lr"].items()},
              variants={k: dict(v) for k, v in raw.get("variants", {}).items()},
@@ -194,6 +202,20 @@ def load_grid(path) -> Grid:
     for a in g.algos:
         _split_entry(a, g.variants, f"{p}: ")
     return g
+
+
+def _check_target(p: Path, raw: dict) -> None:
+    """Refuse a ``target_accuracy`` that is not a number in the metric's range:
+    (0, 1] for an accuracy, (0, 100] for BLEU (sacrebleu's scale)."""
+    if "target_accuracy" not in raw:
+        return
+    t, metric = raw["target_accuracy"], str(raw.get("metric", "test_accuracy"))
+    top = 100 if "bleu" in metric else 1 if "accuracy" in metric else None
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0 or (top is not None and t > top):
+        hint = f"; did you mean {t / 100:g}?" if top == 1 and isinstance(t, (int, float)) and 1 < t <= 100 else ""
+        raise StudyError(f"{p}: target_accuracy = {t!r}: give the {metric} to reach as a number in "
+                         f"(0, {top if top is not None else 'inf'}], e.g. "
+                         f"{'30' if top == 100 else '0.85'}{hint}")
 
 
 def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[RunSpec]:
@@ -576,6 +598,9 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
         cap.append(f"s to {target:g}: wall seconds from the start until the first evaluation (once per epoch) "
                    f"with {tm.replace('_', ' ')} at or above {target:g}, mean over the seeds that reached it "
                    "(k/n seeds when not all did); `not reached` when no seed did. ")
+    else:
+        cap.append("No seconds to a target: the grid has no target_accuracy (add e.g. target_accuracy = "
+                   f"{'30' if 'bleu' in tm else '0.85'} and rerun with --report-only). ")
     if over:
         cap.append(f"Times at P = {', '.join(map(str, over))} are not comparable: those runs had more ranks "
                    f"(times threads per rank) than the {_cores()} cores of the machine writing this report "
@@ -696,12 +721,22 @@ def _split(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
 
 
+def _ints(flag: str, s):
+    """``--ranks``/``--seeds`` "0,1" -> [0, 1] (None when not given)."""
+    try:
+        return [int(x) for x in _split(s)] if s else None
+    except ValueError:
+        raise StudyError(f"{flag} {s}: give comma-separated integers, e.g. {flag} 0,1") from None
+
+
 def run(args) -> int:
     grid = load_grid(args.grid)
     root = Path(args.out)
-    ranks = [int(x) for x in _split(args.ranks)] if args.ranks else None
-    seeds = [int(x) for x in _split(args.seeds)] if args.seeds else None
+    ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
     specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
+    if args.report_only and not (root / "runs").is_dir():
+        raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
+                         f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
     if mpiexec is None and not args.report_only and not args.dry_run:
         raise StudyError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
@@ -709,6 +744,7 @@ def run(args) -> int:
     if args.dry_run:
         for s in specs:
             print(" ".join(train_command(s, s.out(root), mpiexec or "mpiexec")))
+        print(f"{len(specs)} runs (dry run: nothing started)", file=sys.stderr)
         return 0
     root.mkdir(parents=True, exist_ok=True)
     logf = open(root / "study.log", "a")
@@ -743,7 +779,8 @@ def run(args) -> int:
                     **_record(s.out(root), grid.metric, grid.report_metric, grid.target_accuracy)}
                    for s in specs if (s.out(root) / "summary.json").exists()]
     if not records:
-        print("no finished runs yet")
+        print(f"no finished runs yet in {root / 'runs'} for the {len(specs)} runs of this grid "
+              "(check --out and the --ranks/--seeds/--lr/--algos selection)")
         return 1
     stem = Path(grid.source).stem
     cells = family_cells(grid, records)
@@ -761,7 +798,7 @@ def run(args) -> int:
 def add_arguments(p):
     p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
     p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")
-    p.add_argument("--ranks", help="only these rank counts, e.g. 2,4")
+    p.add_argument("--ranks", help="these rank counts instead of the grid's (a subset, or others), e.g. 2,4")
     p.add_argument("--seeds", help="only these seeds, e.g. 0")
     p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
     p.add_argument("--algos", help="only these algos entries")
