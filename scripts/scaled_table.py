@@ -1,7 +1,8 @@
 """The linearly scaled learning rate of the accuracy study, every run that finished, from
 one or more study JSON files (``bench study`` writes them; later files add runs):
 
-    python scripts/scaled_table.py docs/bench/accuracy/study-accuracy.json docs/bench/accuracy/scaled/study-accuracy.json
+    python scripts/scaled_table.py docs/bench/accuracy/study-accuracy.json \
+        docs/bench/accuracy/scaled/study-accuracy.json
 
 Prints, per P, one row per rule: validation accuracy (chooses) and test accuracy
 (reported) per seed, ``div`` for a run that stopped on a non-finite loss and ``chance``
