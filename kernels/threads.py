@@ -30,8 +30,8 @@ import os
 import sys
 import time
 
-__all__ = ["cores_on_node", "threads_per_rank", "configure_threads", "set_blas_env", "set_passive_wait",
-           "other_runnable", "threads_for_load"]
+__all__ = ["cores_on_node", "threads_per_rank", "configure_threads", "set_threads", "set_blas_env",
+           "set_passive_wait", "other_runnable", "threads_for_load"]
 
 _BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -115,6 +115,21 @@ def set_blas_env(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
+def set_threads(n: int) -> int:
+    """Use ``n`` threads in Numba (capped at its pool size, at least 1) and,
+    through threadpoolctl when it is installed, in BLAS; returns the count used."""
+    import numba
+
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+    except ImportError:
+        pass
+    return n
+
+
 def configure_threads(ranks_on_node: int = 1) -> int:
     """Set Numba's thread count for this process once; returns it.
 
@@ -132,10 +147,4 @@ def configure_threads(ranks_on_node: int = 1) -> int:
         n, reason = threads_for_load(n, ranks_on_node, cores_on_node(), other_runnable(mine=ranks_on_node))
         if reason:
             print(f"minips: {reason}", file=sys.stderr, flush=True)
-    numba.set_num_threads(n)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(n)
-    except ImportError:
-        pass
-    return n
+    return set_threads(n)

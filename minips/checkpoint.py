@@ -285,6 +285,8 @@ def _reuse_thread_count(trainer, saved: int) -> None:
 
     import numba
 
+    from .kernels.threads import set_threads
+
     now = int(getattr(trainer, "threads", 0) or 0)
     if not saved or not now or saved == now or os.environ.get("NUMBA_NUM_THREADS"):
         return
@@ -294,11 +296,5 @@ def _reuse_thread_count(trainer, saved: int) -> None:
                   f"{numba.config.NUMBA_NUM_THREADS}; the resumed run may differ from an uninterrupted one in the "
                   "last bits", file=sys.stderr, flush=True)
         return
-    numba.set_num_threads(saved)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(saved)
-    except ImportError:
-        pass
-    trainer.threads = saved
+    trainer.threads = set_threads(saved)
 

@@ -17,6 +17,22 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def figures(monkeypatch):
+    """Capture each figure minips.plots saves (still written, not closed) by
+    file name, so a test can read its axes, titles and legends."""
+    from minips import plots
+    got = {}
+
+    def keep(fig, path):
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        got[str(path).rsplit("/", 1)[-1]] = fig
+    monkeypatch.setattr(plots, "_save", keep)
+    yield got
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
 def subprocess_env(extra=None):
     """Environment for subprocesses: no inherited MPI launcher variables, and one
     Numba/BLAS thread (the tests check correctness; on a loaded 2-core machine

@@ -46,22 +46,6 @@ def _run(d, algo, label, *, emulated=False, P=2, acc=(0.70, 0.80, 0.85), predict
         w.writerows(rows)
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """Capture each figure plots saves (still written, not closed) by file name."""
-    got = {}
-    real = plots._save
-
-    def keep(fig, path):
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        got[str(path).rsplit("/", 1)[-1]] = fig
-    monkeypatch.setattr(plots, "_save", keep)
-    yield got
-    import matplotlib.pyplot as plt
-    plt.close("all")
-    del real
-
-
 def _legend_texts(fig):
     out = []
     for lg in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]:

@@ -1,6 +1,7 @@
 """No hang: KeyboardInterrupt (SIGINT on one rank) and SystemExit (sys.exit on
 one rank) end the whole MPI job, as any other exception does (issue 13).
 Every launch has a timeout; a hang fails the test instead of blocking it."""
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,19 @@ pytestmark = pytest.mark.mpi
 MPIEXEC = shutil.which("mpiexec")
 WORKER = str(Path(__file__).with_name("hang_worker.py"))
 TIMEOUT = 90  # a hang runs into this
+
+
+@contextlib.contextmanager
+def _must_end(proc, what: str):
+    """Fail (after killing it) when ``proc`` still runs once the block is done:
+    the job hung after ``what``."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"the job hung after {what}")
 
 
 @pytest.mark.parametrize("mode,message", [
@@ -60,7 +74,7 @@ def test_sigint_to_one_rank_of_the_cli_ends_the_job(tmp_path):
     proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", "--model", "mlp",
                              "--epochs", "50", "--quiet", "--out", out], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=ROOT)
-    try:
+    with _must_end(proc, "SIGINT to one rank"):
         deadline = time.time() + 60
         pids = {}
         # the event: rank 0 took the run folder's lock (MPI is up on every rank)
@@ -72,11 +86,6 @@ def test_sigint_to_one_rank_of_the_cli_ends_the_job(tmp_path):
         import os
         os.kill(pids[1], signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-            pytest.fail("the job hung after SIGINT to one rank")
     assert ("interrupted (SIGINT) on this rank" in stderr and proc.returncode != 0) or \
         (proc.returncode == 0 and "stopped by signal" not in stderr), (proc.returncode, stderr[-2000:])
 
@@ -106,7 +115,7 @@ def test_sigint_to_one_rank_during_its_imports_ends_the_job(tmp_path):
                              "--epochs", "50", "--quiet", "--out", out], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=ROOT)
     t0 = time.time()
-    try:
+    with _must_end(proc, "SIGINT to one rank during its imports"):
         pids = {}
         # the event: rank 1 is importing Numba (llvmlite's library is being loaded)
         while len(pids) < 2 or not _has_loaded(pids[1], "libllvmlite"):
@@ -117,11 +126,6 @@ def test_sigint_to_one_rank_during_its_imports_ends_the_job(tmp_path):
         early = not (Path(out) / rundir.LOCK).exists()  # rank 0 has not yet reached the run folder
         os.kill(pids[1], signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-            pytest.fail("the job hung after SIGINT to one rank during its imports")
     if early and "KeyboardInterrupt" in stderr:  # the case of the issue: ended by Hydra, not a clean exit
         assert proc.returncode != 0, stderr[-2000:]
     else:  # the signal came later: minips' abort or the stop protocol ended it (the test above)

@@ -83,7 +83,7 @@ def study_dir(tmp_path):
 
 
 def _report(grid, out, monkeypatch, cores):
-    monkeypatch.setattr(study, "_cores", lambda: cores)
+    monkeypatch.setattr(study, "cores_on_node", lambda: cores)
     args = Namespace(grid=str(grid), out=str(out), ranks=None, seeds=None, lr=None, algos=None, title=None,
                      dry_run=False, report_only=True)
     assert study.run(args) == 0
@@ -185,20 +185,6 @@ def test_evaluation_curve_and_time_to_target_by_hand(tmp_path):
     assert time_to_target(run["summary"], 0.81) == 12.0 and time_to_target(run["summary"], 0.85) is None
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """Capture each figure plots saves (still written) by file name."""
-    got = {}
-
-    def keep(fig, path):
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        got[str(path).rsplit("/", 1)[-1]] = fig
-    monkeypatch.setattr(plots, "_save", keep)
-    yield got
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
 def test_study_writes_the_three_figures_and_they_read_well(study_dir, monkeypatch, figures):
     grid, out = study_dir
     _report(grid, out, monkeypatch, cores=2)
@@ -260,7 +246,7 @@ def test_rank0_accuracy_column_when_the_runs_evaluated_rank0(study_dir, monkeypa
 
 
 def test_rows_are_grouped_by_family_in_the_order_the_grid_names_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(study, "_cores", lambda: 64)
+    monkeypatch.setattr(study, "cores_on_node", lambda: 64)
     (tmp_path / "g.toml").write_text(GRID.replace('algos = ["sync", "local-sgd:period=4", "topk-sgd:ratio=0.01"]',
                                                   'algos = ["sync", "topk-sgd:ratio=0.01", "overlap-sync"]'))
     g = study.load_grid(tmp_path / "g.toml")

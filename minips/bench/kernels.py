@@ -267,14 +267,8 @@ def time_call(fn, min_reps: int = 5, min_seconds: float = 0.2, max_reps: int = 2
 def set_threads(n: int, torch=None) -> int:
     """Use ``n`` threads in Numba, BLAS (through threadpoolctl) and torch; returns n
     (capped at Numba's pool size)."""
-    import numba
-    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(n)
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        pass
+    from ..kernels.threads import set_threads as set_kernel_threads
+    n = set_kernel_threads(n)
     if torch is not None:
         torch.set_num_threads(n)
     return n

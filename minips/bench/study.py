@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..distributed.algorithms import BASELINE
+from ..kernels.threads import cores_on_node
 from .cli import register_bench
 
 __all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "family_cells",
@@ -511,17 +512,9 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     return cells
 
 
-def _cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _oversubscribed(records: list[dict]) -> list[int]:
     """The P whose ranks times threads per rank outnumber this machine's cores."""
-    cores = _cores()
+    cores = cores_on_node()
     return sorted({r["P"] for r in records
                    if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
 
@@ -603,7 +596,7 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                    f"{'30' if 'bleu' in tm else '0.85'} and rerun with --report-only). ")
     if over:
         cap.append(f"Times at P = {', '.join(map(str, over))} are not comparable: those runs had more ranks "
-                   f"(times threads per rank) than the {_cores()} cores of the machine writing this report "
+                   f"(times threads per rank) than the {cores_on_node()} cores of the machine writing this report "
                    "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
                "whose ranks stay identical.")
@@ -660,7 +653,7 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
                                 "mib_per_step": None if b is None else b / 2**20})
             panels.append((f"P={P}, lr setting {lr_name}, mean over seeds", methods))
             timed.append((f"P={P}, lr setting {lr_name}, mean over seeds"
-                           + (f"\noversubscribed ({P} ranks on {_cores()} cores): times not comparable"
+                           + (f"\noversubscribed ({P} ranks on {cores_on_node()} cores): times not comparable"
                               if P in over else ""), methods))
         files = [out_dir / f"{stem}-{lr_name}-{suffix}.png" for suffix in ("time", "bytes", "traffic")]
         drawn = [plot_method_curves(timed, files[0], "wall_time_s", tm),
