@@ -14,10 +14,9 @@ layers, the loss and the gradient predictors call those NumPy twins instead of
 the Numba kernels: edit a function in ``kernels/reference.py`` (say AESP's
 ``aesp_step``) and the next run uses your edit. Slower (the convolution's twin
 several times so), same results to float rounding. The switch is read at every
-call, so a test or a notebook can flip it with ``os.environ``.
+call, so a test or a notebook can flip it with ``os.environ`` (on virtual
+ranks each rank reads its own copy of the environment: :mod:`minips.environ`).
 """
-import os
-
 from .threads import configure_threads, set_passive_wait, threads_per_rank  # noqa: F401
 
 set_passive_wait()   # before Numba loads its OpenMP runtime: idle threads sleep, not spin
@@ -29,7 +28,8 @@ REFERENCE_ENV = "MINIPS_REFERENCE_KERNELS"
 def reference_kernels() -> bool:
     """Whether the readable NumPy twins run instead of the Numba kernels
     (``MINIPS_REFERENCE_KERNELS`` set to anything but "" or "0")."""
-    return os.environ.get(REFERENCE_ENV, "") not in ("", "0")
+    from ..environ import get
+    return get(REFERENCE_ENV, "") not in ("", "0")
 
 
 def impl(module):

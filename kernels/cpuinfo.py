@@ -151,7 +151,7 @@ def detect() -> CPUInfo:
     return CPUInfo(model, vendor, cores_on_node(), simd, bits, units, ghz, source, isa)
 
 
-@njit(fastmath=True, cache=True)
+@njit(fastmath=True, cache=True, nogil=True)
 def _fma_chains(n, a, b):
     # 64 independent accumulators: enough vector registers' worth of separate
     # dependency chains to keep every FMA unit busy despite its latency.
@@ -293,7 +293,7 @@ def measure_vector_peak(info: CPUInfo | None = None, seconds: float = 0.6) -> di
                        f"{rounds} runs")}
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _copy(src, dst):
     for i in prange(src.size):
         dst[i] = src[i]

@@ -41,7 +41,7 @@ from numba import njit
 __all__ = ["arrival_sums", "aesp_step", "local_step"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums(G, G_naive, F):
     fg = ff = gg = fe = ne = 0.0          # float64 accumulators
     for i in range(G.size):
@@ -54,7 +54,7 @@ def _forecast_sums(G, G_naive, F):
     return fg, ff, gg, fe, ne
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums_with_correction(G, G_naive, F, c):
     fg = ff = gg = fe = ne = ac = cc = 0.0
     for i in range(G.size):
@@ -98,7 +98,7 @@ def arrival_sums(G: np.ndarray, G_naive: np.ndarray, F: np.ndarray, c: np.ndarra
     return {"FG": fg, "FF": ff, "GG": gg, "err": fe, "naive_err": ne, "ac": ac, "cc": cc}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_max, F, c):
     # All constants float32: an int or float64 constant here would promote the
     # arithmetic to float64 and make the loop 4x slower (measured).
@@ -146,7 +146,7 @@ def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam: float, rho: fl
     return F, c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _local_step(G, g_new, g_old, lam_new, lam_old, d):
     if lam_new == lam_old:                          # the same rounding as G + lambda (g_new - g_old)
         for i in range(G.size):
@@ -156,7 +156,7 @@ def _local_step(G, g_new, g_old, lam_new, lam_old, d):
             d[i] = G[i] + (lam_new * g_new[i] - lam_old * g_old[i])
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def _local_step_sums(G, g_new, g_old, c_old, lam_new, lam_old, d):
     # fastmath lets the float64 sums be reassociated into SIMD lanes (5x faster,
     # measured); the elementwise results are the same as without it.

@@ -223,5 +223,9 @@ def _cmd_compare(args) -> int:
     if target is not None and target > 1 and cfg.model != "captioner":  # accuracy is a fraction, BLEU 0..100
         raise ConfigError(f"--target-accuracy {target:g}: test accuracy is a fraction in (0, 1] "
                           f"(did you mean {target / 100:g}?); only the captioner's BLEU goes up to 100")
-    run_compare(cfg, parse_algos(args.algos), cfg.out, target)
+    algos = parse_algos(args.algos)
+    if cfg.virtual_ranks:
+        from .cli import run_virtual
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target))
+    run_compare(cfg, algos, cfg.out, target)
     return 0

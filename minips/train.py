@@ -28,7 +28,7 @@ from . import report, rundir
 from .config import ConfigError, TrainConfig, check_out_dir, load_config  # noqa: F401 - the public API
 from .stop import StopAgreement
 
-__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train"]
+__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train", "run_config"]
 
 
 class _NullBar:
@@ -57,8 +57,14 @@ class Trainer:
         self.spec = cfg.resolve_algo()  # a bad --algo fails here, before any work
         from .distributed.comm import get_comm
         self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress)
+        if cfg.virtual_ranks and not (self.comm.virtual and self.comm.size == cfg.virtual_ranks):
+            raise ConfigError(f"virtual_ranks = {cfg.virtual_ranks} starts that many ranks as threads: run it with "
+                              "minips.train.train(...) or python -m minips train --virtual-ranks P (a Trainer is "
+                              "one rank)")
         from .kernels import configure_threads
-        self.threads = configure_threads(self.comm.local_size)
+        from .kernels.threads import set_threads
+        # a virtual rank is a thread among P: one Numba thread each (BLAS is one for the whole job)
+        self.threads = set_threads(1, blas=False) if self.comm.virtual else configure_threads(self.comm.local_size)
 
     # --- building blocks ----------------------------------------------------------
     def build(self):
@@ -553,5 +559,25 @@ def _split_batch(batch, n: int) -> list:
 
 
 def train(**options) -> dict:
-    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it."""
-    return Trainer(TrainConfig(**options)).run()
+    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it
+    (with ``virtual_ranks=P``, on P virtual ranks: see :func:`run_config`)."""
+    return run_config(TrainConfig(**options))
+
+
+def run_config(cfg: TrainConfig) -> dict:
+    """Run ``cfg`` here: one rank of the job this process belongs to, or, with
+    ``cfg.virtual_ranks`` = P, all P ranks as threads of this process
+    (:func:`minips.distributed.comm.virtual.run`). Returns (rank 0's) summary.
+
+    Raises:
+        ConfigError: a bad option; as :meth:`Trainer.run`, on virtual ranks
+            with a note naming the rank that raised first.
+    """
+    if not cfg.virtual_ranks:
+        return Trainer(cfg).run()
+    import copy
+
+    from .distributed.comm import virtual
+    cfg.validate()
+    return virtual.run(cfg.virtual_ranks, lambda: Trainer(copy.deepcopy(cfg)).run(), network=cfg.network,
+                       progress=cfg.progress)[0]
