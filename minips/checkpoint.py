@@ -236,8 +236,9 @@ def restore_trainer(trainer, path) -> None:
     if int(state["world_size"]) != comm.size:
         raise CheckpointError(
             f"checkpoint {path} was written by {state['world_size']} rank(s), this job has "
-            f"{comm.size}; resume with mpiexec -n {state['world_size']} (the data sharding and the "
-            "averaged gradients depend on the number of ranks, so the trajectory cannot continue otherwise)")
+            f"{comm.size}; resume with mpiexec -n {state['world_size']} or --virtual-ranks {state['world_size']} "
+            "(the data sharding and the averaged gradients depend on the number of ranks, so the trajectory "
+            "cannot continue otherwise)")
     saved.setdefault("partition", "iid")  # checkpoints from before partitions
     diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
             if saved.get(k) != getattr(cfg, k)]

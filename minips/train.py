@@ -235,8 +235,9 @@ class Trainer:
             if self.global_step >= self.total_steps:
                 return self._nothing_to_train(out)
         self._check_staleness()
-        self._warn_if_busy()
-        self._note_oversubscribed()
+        if not comm.virtual:  # virtual ranks take turns on the cores by design, one thread each
+            self._warn_if_busy()
+            self._note_oversubscribed()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "

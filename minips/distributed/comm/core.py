@@ -57,7 +57,6 @@ import contextlib
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 

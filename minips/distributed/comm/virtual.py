@@ -56,7 +56,6 @@ that projected times use.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 import signal
@@ -141,6 +140,7 @@ class VRequest:
     def Test(self, status=None) -> bool:
         self.world.check()
         if not self.event.is_set():
+            self.world.poll_yield()  # a rank polling in a loop must let the ranks it waits for compute
             return False
         self._raise()
         if status is not None:
@@ -254,6 +254,43 @@ class SignalRelay:
         return len(handlers)
 
 
+class FairSemaphore:
+    """A counting semaphore that hands a released unit to the longest waiting
+    thread (first come, first served: a thread that releases and acquires at
+    once queues behind the others instead of taking the unit back)."""
+
+    def __init__(self, value: int):
+        self._lock = threading.Lock()
+        self._value = value
+        self._waiters: deque = deque()
+
+    def waiting(self) -> int:
+        """How many threads wait for a unit."""
+        return len(self._waiters)
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            if self._value > 0 and not self._waiters:
+                self._value -= 1
+                return True
+            gate = threading.Event()
+            self._waiters.append(gate)
+        if gate.wait(timeout):
+            return True
+        with self._lock:
+            if gate.is_set():  # handed over just as the wait timed out
+                return True
+            self._waiters.remove(gate)
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiters:
+                self._waiters.popleft().set()  # the unit goes to the first waiter
+            else:
+                self._value += 1
+
+
 class _Context:
     """The shared side of one communicator (a world, a node, a graph): its
     member ranks, the collectives in progress by sequence number, and the
@@ -288,12 +325,16 @@ class World:
             memory kind groups ranks ``r // ranks_per_node``); default all P.
     """
 
+    #: seconds a rank may keep its compute slot while it polls an incomplete
+    #: request when other ranks wait for a slot (a scheduler's time slice)
+    QUANTUM_S = 0.02
+
     def __init__(self, size: int, cores: int, ranks_per_node: int | None = None):
         self.size = size
         self.cores = max(1, int(cores))
         self.ranks_per_node = int(ranks_per_node or size)
         self.lock = threading.Lock()
-        self.slots = threading.Semaphore(self.cores)
+        self.slots = FairSemaphore(self.cores)
         self.aborted = None  # (rank or None, exit code) once aborted
         self._live: set = set()
         self._thread = threading.local()  # .slot: whether this thread holds a compute slot
@@ -331,6 +372,17 @@ class World:
         while not self.slots.acquire(timeout=0.25):
             self.check()
         self._thread.slot = True
+        self._thread.since = time.perf_counter()
+
+    def poll_yield(self) -> None:
+        """Called when the calling rank polls a request that is not complete:
+        after :attr:`QUANTUM_S` seconds with its slot, while other ranks wait
+        for one, it goes to the back of the queue (so a rank that spins on
+        ``test()`` cannot keep the ranks it waits for from computing)."""
+        if getattr(self._thread, "slot", False) and self.slots.waiting() \
+                and time.perf_counter() - self._thread.since > self.QUANTUM_S:
+            self.give_slot()
+            self.take_slot()
 
     def give_slot(self) -> None:
         """Give the calling rank's compute slot back (if it holds one)."""
@@ -501,7 +553,7 @@ class VirtualComm:
         out, (counts, displs) = _spec(recvbuf)
 
         def finish(slot):
-            for s, o, cnt, dsp in slot.payloads:
+            for _, o, cnt, dsp in slot.payloads:
                 for r, (src, *_rest) in enumerate(slot.payloads):
                     if src.size != cnt[r]:
                         raise VirtualMPIError(f"allgatherv: rank {r} sent {src.size} bytes, {cnt[r]} expected")
@@ -737,14 +789,15 @@ def _relay_signals(world: World):
             signal.signal(s, h)
 
 
-def _join(threads, world: World, grace_s: float = 30.0) -> None:
-    """Wait for every rank's thread; after an abort, give the computing ones
-    ``grace_s`` seconds to reach their next call (they are daemons: a thread
-    that never returns does not keep the process alive)."""
+def _join(ended, world: World, grace_s: float = 30.0) -> None:
+    """Wait until every rank has ended (``ended``: one Event per rank, set when
+    its thread leaves); after an abort, give the computing ones ``grace_s``
+    seconds to reach their next call (the threads are daemons: one that never
+    returns does not keep the process alive). Events, not ``Thread.join``: a
+    join interrupted by Ctrl-C can leave ``is_alive()`` wrong."""
     deadline = None
-    for t in threads:
-        while t.is_alive():
-            t.join(0.1)
+    for e in ended:
+        while not e.wait(0.1):
             if world.aborted is not None:
                 deadline = deadline or time.monotonic() + grace_s
                 if time.monotonic() > deadline:
@@ -792,6 +845,7 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
     world = World(size, min(cores or cores_on_node(), size), ranks_per_node)
     results: list = [None] * size
     failures: list = []  # (rank, exception) in the order they happened
+    ended = [threading.Event() for _ in range(size)]
     env = dict(os.environ)
 
     def body(rank: int) -> None:
@@ -816,16 +870,17 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
             _set_rank_world(None)
             environ.end_rank()
             world.give_slot()
+            ended[rank].set()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"minips-rank-{r}", daemon=True) for r in range(size)]
     with _one_blas_thread(), shared_data(), _relay_signals(world):
         try:
             for t in threads:
                 t.start()
-            _join(threads, world)
+            _join(ended, world)
         except BaseException:
             world.abort(None, 130)
-            _join(threads, world, grace_s=10.0)
+            _join(ended, world, grace_s=10.0)
             raise
     if failures:
         rank, exc = failures[0]
