@@ -146,24 +146,30 @@ def _legend_beside(ax, fig, **kw) -> None:
 
 
 def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
-    """Two panels: ``metric`` against epoch (integer ticks) and against wall-clock seconds."""
+    """Two panels: ``metric`` against epoch (integer ticks) and against wall-clock
+    seconds, or, when every run was on virtual ranks (whose wall clock is not a
+    cluster's), against the projected time (steps x the cost model's step time)."""
     from matplotlib.ticker import MaxNLocator
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    virtual = bool(runs) and all(r["summary"].get("virtual") for r in runs)
+    when = "projected_time_s" if virtual else "wall_time_s"
     for r in runs:
         h = [x for x in r["summary"]["history"] if not x.get("partial")]  # complete epochs only
         if not h or metric not in h[0]:
             continue
         st = _style(runs, r)
         a.plot([x["epoch"] for x in h], [x[metric] for x in h], label=r["name"], **st)
-        b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], label=r["name"], **st)
+        if all(x.get(when) is not None for x in h):
+            b.plot([x[when] for x in h], [x[metric] for x in h], label=r["name"], **st)
     a.set_xlabel("epoch")
     # min_n_ticks=1: with one epoch the view spans less than one unit, and the default
     # (2 integer ticks or none) falls back to ticks such as 0.975, 1.005
     a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    b.set_xlabel("wall time (s)")
+    net = next((r["summary"].get("projected_network") for r in runs), None)
+    b.set_xlabel(f"projected time on {net} (s): steps x the cost model's step time" if virtual else "wall time (s)")
     a.set_title(f"{metric.replace('_', ' ')} per epoch")
-    b.set_title(f"{metric.replace('_', ' ')} against wall time")
+    b.set_title(f"{metric.replace('_', ' ')} against " + ("projected time (VIRTUAL ranks)" if virtual else "wall time"))
     for ax in (a, b):
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -207,7 +213,9 @@ def plot_breakdown(runs, path) -> None:
         ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
     ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
     ax.set_xlabel("ms per step (mean over steps and ranks)")
-    ax.set_title("timing breakdown per step")
+    virtual = any(r["summary"].get("virtual") for r in runs)
+    ax.set_title("timing breakdown per step" + (" (VIRTUAL ranks: threads of one process, not cluster times)"
+                                                if virtual else ""))
     ax.grid(axis="x", alpha=0.3)
     _legend_beside(ax, fig)
     fig.tight_layout()
@@ -383,7 +391,9 @@ def _method_styles(methods) -> list[dict]:
 
 
 _CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
-               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent")}
+               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent"),
+               "projected_time_s": ("projected time (s): steps x the cost model's step time",
+                                    "against projected time (VIRTUAL ranks)")}
 
 
 def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test_accuracy",
@@ -398,7 +408,9 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     sent any bytes, as with one process).
 
     Raises:
-        ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
+        ValueError: ``x`` is not ``"wall_time_s"``, ``"mib_sent"`` or
+            ``"projected_time_s"`` (runs on virtual ranks: steps x the cost
+            model's step time, :func:`minips.report.project`).
     """
     if x not in _CURVE_AXES:
         raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")

@@ -146,7 +146,8 @@ def project(trainer, breakdown: dict) -> dict:
         t = None
     for row in trainer.history:
         row["projected_time_s"] = None if t is None else row["step"] * t
-    return {"projected_network": str(parse_network(net)), "projected_step_time_s": t}
+    model = parse_network(net)
+    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t}
 
 
 def _ordered(names) -> list[str]:

@@ -330,16 +330,17 @@ class Trainer:
                 self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
             losses = self.epoch_losses
-            t_step = time.perf_counter()
+            t_step, cpu_step = time.perf_counter(), time.process_time()
             batches, b = self.loader.batches(start_batch), start_batch
             while b + self.algo.batches_per_step() <= self.steps_per_epoch:
                 group = [next(batches) for _ in range(self.algo.batches_per_step())]
                 b += len(group)
                 self.position = (epoch, b)
                 loss = self._train_step(group, epoch)
-                now = time.perf_counter()
+                now, cpu_now = time.perf_counter(), time.process_time()
                 self.step_times.append(now - t_step)  # whole iteration, data slicing included
-                t_step = now
+                cpu = cpu_now - cpu_step  # the process's CPU seconds, all threads (virtual ranks: all ranks)
+                t_step, cpu_step = now, cpu_now
                 losses.append(loss)
                 samples += sum(self.task.samples(batch) for batch in group)
                 row = None
@@ -347,7 +348,7 @@ class Trainer:
                     # seconds columns end in _s; warmup = 1: a step of this process's first
                     # report.WARMUP_STEPS (JIT compile, pipeline fill), left out of summary.json's means
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
-                           "step_s": self.step_times[-1], "bytes_sent": self.step_bytes[-1],
+                           "step_s": self.step_times[-1], "process_cpu_s": cpu, "bytes_sent": self.step_bytes[-1],
                            "warmup": int(len(self.step_times) <= report.WARMUP_STEPS),
                            **{f"{k}_s": v for k, v in self._last_phases.items()}, **self.algo.log}
                     self.trace_rows.append(row)
@@ -356,11 +357,12 @@ class Trainer:
                 if self.global_step % 20 == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
                 if not self.algo.replicated and cfg.consensus_every and self.global_step % cfg.consensus_every == 0:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     dist = self.algo.consensus_distance()  # outside the timed step
                     if row is not None:
                         row["consensus_distance"] = dist
                     t_step += time.perf_counter() - t0
+                    cpu_step += time.process_time() - c0
                 if cfg.check_replicas and self.global_step % cfg.check_replicas == 0:
                     self.check_replicas()
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
