@@ -365,8 +365,8 @@ def main(argv=None) -> int:
     if getattr(args, "reference_kernels", None):
         from .kernels import REFERENCE_ENV
         os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
-    from .distributed.comm import launched_by_mpi
-    under_mpi = launched_by_mpi()
+    from .distributed.comm import in_virtual_rank, launched_by_mpi
+    under_mpi = launched_by_mpi() or in_virtual_rank()  # a virtual rank handles errors as an MPI rank does
     if under_mpi and getattr(args, "virtual_ranks", None):
         print("error: --virtual-ranks runs every rank as a thread of one process: start it without mpiexec (or drop "
               "--virtual-ranks to run one rank per MPI process)", file=sys.stderr)

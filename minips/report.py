@@ -33,7 +33,9 @@ UNITS = {
     "virtual": "true when the ranks were threads of one process (--virtual-ranks): measured times are not "
                "cluster times",
     "projected_step_time_s": "virtual runs: seconds per step the algorithm's cost model gives at this P on "
-                             "projected_network, from the measured per-rank forward, backward, update and predictor",
+                             "projected_network, from projected_profile_s",
+    "projected_profile_s": "virtual runs: thread CPU seconds per step of forward, backward, update and predictor, "
+                           "mean over steps after the warm-up and over ranks",
     "projected_time_s": "virtual runs, per history row: step x projected_step_time_s (what time-to-accuracy uses)",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
@@ -107,8 +109,11 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "history": trainer.history,
         "units": UNITS,
     }
-    if comm.virtual:
-        out.update(project(trainer, breakdown))
+    if comm.virtual:  # what each rank computed, without its turns waiting for a core: thread CPU seconds
+        cpu = algo.timer.mean_cpu(skip)
+        cpu = {k: comm.allreduce_scalar(cpu.get(k, 0.0)) / comm.size for k in ("forward", "backward", "update",
+                                                                                "predict")}
+        out.update(project(trainer, cpu))
     for k, v in last.items():
         if k.startswith(("test_", "val_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy",
                                                              "consensus_distance"):
@@ -123,12 +128,14 @@ PROJECTION_NETWORK = "10gbe"
 def project(trainer, breakdown: dict) -> dict:
     """What a run on virtual ranks would take per step on a cluster: the
     algorithm's own cost model (``step_time``) at this P on the run's
-    ``--network`` (default :data:`PROJECTION_NETWORK`), from the profile
-    measured here per rank: forward, backward, update and predictor (one
-    thread per rank; the algorithm's other phases wait for the other virtual
-    ranks, so they are left out). Sets ``projected_time_s`` = step x that time
-    on every history row. Returns the summary's ``projected_*`` entries (None
-    when the algorithm has no cost model)."""
+    ``--network`` (default :data:`PROJECTION_NETWORK`), from ``breakdown``,
+    the profile measured here per rank (seconds per step of forward, backward,
+    update and predictor: the summary passes the ranks' mean thread CPU
+    seconds, one thread per rank; the algorithm's other phases wait for the
+    other virtual ranks, so they are left out). Sets ``projected_time_s`` =
+    step x that time on every history row. Returns the summary's
+    ``projected_*`` entries (the step time None when the algorithm has no cost
+    model)."""
     from .distributed.costmodel import parse_network
     from .distributed.projection import StepProfile, step_time
 
@@ -147,7 +154,8 @@ def project(trainer, breakdown: dict) -> dict:
     for row in trainer.history:
         row["projected_time_s"] = None if t is None else row["step"] * t
     model = parse_network(net)
-    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t}
+    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
+            "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update", "predict")}}
 
 
 def _ordered(names) -> list[str]:

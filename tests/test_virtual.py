@@ -321,3 +321,21 @@ def test_ctrl_c_stops_a_virtual_run_cleanly_with_a_checkpoint(tmp_path):
     assert "stopped by signal at step" in stdout and (out / "checkpoint.h5").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped"] == "signal" and summary["virtual"] is True
+
+
+# --- the cost benchmark ------------------------------------------------------------------
+def test_bench_virtual_writes_its_table_and_json(tmp_path):
+    out = tmp_path / "b.json"
+    r = run_cli(["bench", "virtual", "--ranks", "2", "--steps", "2", "--warmup", "1", "--model", "mlp",
+                 "--memory-ranks", "2", "--memory-model", "mlp", "--memory-data", "fashion-mnist-mini",
+                 "--memory-algos", "sync", "--memory-steps", "1", "--json", str(out)], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    plain, virt = res["time"]
+    assert not plain["virtual"] and virt["virtual"] and virt["ranks"] == 2
+    for row in (plain, virt, *res["memory"]):
+        assert row["s_per_sample"] > 0 and row["cpu_s_per_sample"] > 0 and row["peak_rss_bytes"] > 50 * 2**20
+        assert len(row["load_before"]) == 3 and row["steady_steps"] >= 1
+    assert virt["s_per_sample"] == pytest.approx(virt["step_s"] / (2 * 32))
+    text = out.with_suffix(".txt").read_text()
+    assert "VIRTUAL x2" in text and "plain train" in text and "peak memory (VmHWM) of 2 VIRTUAL ranks" in text

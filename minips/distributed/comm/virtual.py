@@ -375,12 +375,19 @@ class World:
         self._thread.since = time.perf_counter()
 
     def poll_yield(self) -> None:
-        """Called when the calling rank polls a request that is not complete:
-        after :attr:`QUANTUM_S` seconds with its slot, while other ranks wait
-        for one, it goes to the back of the queue (so a rank that spins on
-        ``test()`` cannot keep the ranks it waits for from computing)."""
-        if getattr(self._thread, "slot", False) and self.slots.waiting() \
-                and time.perf_counter() - self._thread.since > self.QUANTUM_S:
+        """Called when the calling rank polls a request that is not complete.
+        A rank that spins on ``test()`` (many polls, each less than a
+        millisecond after the last) for :attr:`QUANTUM_S` seconds with its
+        slot while other ranks wait for one goes to the back of the queue, so
+        it cannot keep the ranks it waits for from computing. Polls between
+        layers (``--progress poll``) are further apart and keep the slot: a
+        rank that gave it up mid-step would keep its activations in memory
+        while others run."""
+        th, now = self._thread, time.perf_counter()
+        th.spins = getattr(th, "spins", 0) + 1 if now - getattr(th, "last_poll", 0.0) < 1e-3 else 0
+        th.last_poll = now
+        if th.spins >= 50 and getattr(th, "slot", False) and self.slots.waiting() and now - th.since > self.QUANTUM_S:
+            th.spins = 0
             self.give_slot()
             self.take_slot()
 
@@ -860,6 +867,11 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
             results[rank] = fn(*args, **kwargs)
         except JobAborted:
             pass
+        except SystemExit as e:
+            if e.code not in (None, 0):  # sys.exit(0): the rank ended normally, as a process would
+                with world.lock:
+                    failures.append((rank, e))
+                world.abort(rank, _exit_code(e))
         except BaseException as e:  # noqa: BLE001 - ends the job, reported by run()
             with world.lock:
                 failures.append((rank, e))
