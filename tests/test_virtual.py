@@ -105,6 +105,22 @@ def test_collectives_that_differ_between_ranks_fail_on_every_rank():
     assert no_rank_threads_left()
 
 
+def test_a_rank_that_returns_early_fails_the_calls_that_wait_for_it():
+    def rank():
+        c = get_comm()
+        c.barrier()
+        if c.rank == 1:
+            return "done early"  # under MPI the others would wait for it for ever
+        if c.rank == 2:
+            c.iexchange(np.ones(3), 1).wait()  # a message from a rank that has ended
+        c.allreduce(np.ones(4, np.float32))
+    t0 = time.perf_counter()
+    with pytest.raises(VirtualMPIError, match="rank 1 has ended, but this rank waits for it in") as info:
+        virtual.run(3, rank)
+    assert time.perf_counter() - t0 < 30 and no_rank_threads_left()
+    assert any("virtual rank" in n for n in getattr(info.value, "__notes__", []))
+
+
 def test_sys_exit_and_abort_on_one_rank_end_the_job():
     def rank():
         c = get_comm()

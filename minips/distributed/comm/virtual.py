@@ -299,9 +299,38 @@ class _Context:
     def __init__(self, world_ranks: list):
         self.ranks = list(world_ranks)
         self.size = len(self.ranks)
+        self.calls = [0] * self.size  # collective calls each member has posted
         self.slots: dict = {}
         self.sends: dict = {}   # (src, dst, tag) -> deque of (bytes, request)
         self.recvs: dict = {}   # (src, dst, tag) -> deque of (bytes, request)
+
+
+def _gone(ctx, member: int, what: str) -> VirtualMPIError:
+    return VirtualMPIError(f"rank {ctx.ranks[member]} has ended, but this rank waits for it in {what}: every rank "
+                           "must make the same collective calls and post a send for every receive")
+
+
+def _abandoned(self, finished: set) -> list:
+    """Under the world lock: (request, error) of every call of this context
+    that waits for a rank in ``finished``; their slots and queues are dropped."""
+    out = []
+    gone = [i for i, r in enumerate(self.ranks) if r in finished]
+    for seq, slot in list(self.slots.items()):
+        missing = [i for i in gone if slot.kinds[i] is None]
+        if missing:
+            del self.slots[seq]
+            kind = next(k for k in slot.kinds if k is not None)
+            out += [(r, _gone(self, missing[0], f"{kind} (call {seq})")) for r in slot.requests if r is not None]
+    for queues, who in ((self.recvs, 0), (self.sends, 1)):  # a receive from / a send to a rank that ended
+        for key, q in list(queues.items()):
+            if key[who] in gone:
+                del queues[key]
+                what = f"a message {'from' if who == 0 else 'to'} rank {self.ranks[key[who]]}"
+                out += [(req, _gone(self, key[who], what)) for _, req in q]
+    return out
+
+
+_Context.abandoned = _abandoned
 
 
 class _Slot:
@@ -339,7 +368,27 @@ class World:
         self._live: set = set()
         self._thread = threading.local()  # .slot: whether this thread holds a compute slot
         self.signals = SignalRelay()
+        self.finished: set = set()  # world ranks whose function returned
         self.root = _Context(range(size))
+        self.contexts = [self.root]
+
+    def new_context(self, world_ranks) -> _Context:
+        ctx = _Context(world_ranks)
+        with self.lock:
+            self.contexts.append(ctx)
+        return ctx
+
+    def rank_done(self, rank: int) -> None:
+        """Rank ``rank`` returned: every call that waits for it now (a collective
+        it never joined, a message it never sends or receives) fails, and so
+        will every later one, instead of waiting for ever (MPI would hang)."""
+        failed = []
+        with self.lock:
+            self.finished.add(rank)
+            for ctx in self.contexts:
+                failed += ctx.abandoned(self.finished)
+        for req, error in failed:
+            req._complete(error)
 
     # --- abort ---------------------------------------------------------------------
     def check(self) -> None:
@@ -497,7 +546,9 @@ class VirtualComm:
         world.check()
         req = VRequest(world)
         seq, self._seq = self._seq, self._seq + 1
+        failed = []
         with world.lock:
+            self.ctx.calls[self.rank] = seq + 1
             slot = self.ctx.slots.get(seq)
             if slot is None:
                 slot = self.ctx.slots[seq] = _Slot(self.ctx.size)
@@ -506,6 +557,10 @@ class VirtualComm:
             last = slot.arrived == self.ctx.size
             if last:
                 del self.ctx.slots[seq]
+            elif world.finished:
+                failed = self.ctx.abandoned(world.finished)
+        for r, error in failed:
+            r._complete(error)
         if last:
             error = None
             if len(set(slot.kinds)) > 1:
@@ -627,7 +682,7 @@ class VirtualComm:
                     groups.setdefault(c, []).append((k, r))
             for members in groups.values():
                 members.sort()
-                ctx = _Context([self.ctx.ranks[r] for _, r in members])
+                ctx = self.world.new_context([self.ctx.ranks[r] for _, r in members])
                 for i, (_, r) in enumerate(members):
                     slot.requests[r].value = (ctx, i)
         got = self._wait(self._collective("split", (int(color), int(key)), finish))
@@ -640,7 +695,7 @@ class VirtualComm:
     def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, destweights=None,
                                    info=None, reorder: bool = False) -> VirtualGraphComm:
         def finish(slot):
-            ctx = _Context(self.ctx.ranks)
+            ctx = self.world.new_context(self.ctx.ranks)
             for r in slot.requests:
                 r.value = ctx
         ctx = self._wait(self._collective("dist_graph_create", None, finish))
@@ -677,10 +732,15 @@ class VirtualComm:
         world.check()
         req = VRequest(world)
         key = (self.rank, int(dest), tag)
+        failed = []
         with world.lock:
             got = self._match(key, self.ctx.sends.setdefault(key, deque()), self.ctx.recvs, (data, req))
-            if got is None:
-                return req
+            if got is None and world.finished:
+                failed = self.ctx.abandoned(world.finished)
+        for r, error in failed:
+            r._complete(error)
+        if got is None:
+            return req
         self._deliver(data, req, got[0], got[1], self.rank)
         return req
 
@@ -689,10 +749,15 @@ class VirtualComm:
         world.check()
         req = VRequest(world)
         key = (int(source), self.rank, tag)
+        failed = []
         with world.lock:
             got = self._match(key, self.ctx.recvs.setdefault(key, deque()), self.ctx.sends, (out, req))
-            if got is None:
-                return req
+            if got is None and world.finished:
+                failed = self.ctx.abandoned(world.finished)
+        for r, error in failed:
+            r._complete(error)
+        if got is None:
+            return req
         self._deliver(got[0], got[1], out, req, int(source))
         return req
 
@@ -865,6 +930,7 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
             comm = Comm(VirtualComm(world, world.root, rank), network=network, progress=progress)
             _set_rank_world(comm)
             results[rank] = fn(*args, **kwargs)
+            world.rank_done(rank)
         except JobAborted:
             pass
         except SystemExit as e:
@@ -872,6 +938,8 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
                 with world.lock:
                     failures.append((rank, e))
                 world.abort(rank, _exit_code(e))
+            else:
+                world.rank_done(rank)
         except BaseException as e:  # noqa: BLE001 - ends the job, reported by run()
             with world.lock:
                 failures.append((rank, e))
