@@ -291,7 +291,7 @@ def _reuse_thread_count(trainer, saved: int) -> None:
     now = int(getattr(trainer, "threads", 0) or 0)
     if not saved or not now or saved == now or os.environ.get("NUMBA_NUM_THREADS"):
         return
-    if trainer.comm.virtual:  # a virtual rank keeps its one thread (P threads share the cores)
+    if getattr(trainer.comm, "virtual", False):  # a virtual rank keeps its one thread (P threads share the cores)
         if trainer.comm.rank == 0:
             print(f"minips: the checkpoint ran with {saved} Numba thread(s) per rank, virtual ranks use 1; the "
                   "resumed run may differ from an uninterrupted one in the last bits", file=sys.stderr, flush=True)

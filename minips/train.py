@@ -398,8 +398,9 @@ class Trainer:
     def measure_comm_alone(self, repeats: int = 5) -> float | None:
         """Median seconds of a blocking allreduce of the whole gradient with
         nothing else running: the denominator of the overlap efficiency.
-        None on one rank (there is no communication). Not counted in bytes sent."""
-        if self.comm.size == 1:
+        None on one rank (there is no communication) and on virtual ranks (an
+        in-process sum is not a network's allreduce). Not counted in bytes sent."""
+        if self.comm.size == 1 or self.comm.virtual:
             return None
         buf = np.zeros(self.algo.flat.numel, np.float32)
         times = []

@@ -32,11 +32,11 @@ class _TwoRanks:
 def _wrong_answer_message(exercise_id):
     ex = checks.EXERCISES[exercise_id]
     with pytest.raises(AssertionError) as e:
-        ex.check(wrong.WRONG[exercise_id]()[0], **({"comm": _VirtualWorld()} if ex.mpi else {}))
+        ex.check(wrong.WRONG[exercise_id]()[0], **({"comm": _SimulatedWorld()} if ex.mpi else {}))
     return str(e.value)
 
 
-class _VirtualWorld(checks._VirtualComm):
+class _SimulatedWorld(checks._SimulatedComm):
     """One process standing in for rank 0 of a job of 2 (the others' values given)."""
 
     def __init__(self):

@@ -5,8 +5,9 @@ metrics, and the same bytes sent by every rank.
 Each test runs ``compare`` twice with the same seed and options: once as
 ``mpiexec -n P python -m minips compare`` and once in this process with
 ``--virtual-ranks P``. Sums are bitwise MPICH's (tests/test_virtual.py), so
-the runs agree to the last bit; the issue asks bitwise at P = 2 and 1e-5
-relative after 10 steps otherwise, which is what is asserted beyond P = 2.
+the runs agree to the last bit at P = 2 and 4 (asserted); at P = 8, where
+every registered algorithm runs, the losses are asserted within 1e-5 relative
+and the bytes sent equal.
 """
 import csv
 import json
@@ -71,7 +72,10 @@ def weights(run_dir) -> list[np.ndarray]:
     return [np.asarray(state["weights"])]
 
 
-def assert_same_runs(P, algos, tmp_path, virt, mpi, bitwise):
+def assert_same_runs(P, algos, tmp_path, virt, mpi):
+    """Bit for bit: rank 0's loss at every step (same initial weights, same data
+    order), every rank's final weights, the test metrics; and the partition and
+    the bytes every rank sent."""
     from minips.compare import run_folder
     assert [s["label"] for s in virt] == [s["label"] for s in mpi]
     for v, m in zip(virt, mpi):
@@ -83,29 +87,24 @@ def assert_same_runs(P, algos, tmp_path, virt, mpi, bitwise):
         assert all(b > 0 for b in v["bytes_sent_per_rank"]), f"{label} sent nothing: the test checks no traffic"
         lv, lm = losses(run_folder(tmp_path / "virtual", label)), losses(run_folder(tmp_path / "mpi", label))
         wv, wm = weights(run_folder(tmp_path / "virtual", label)), weights(run_folder(tmp_path / "mpi", label))
-        assert len(lv) == len(lm) and len(wv) == len(wm), label
-        if bitwise:
-            assert lv == lm, label  # rank 0's loss at every step: same initial weights, same data order
-            assert all(np.array_equal(a, b) for a, b in zip(wv, wm)), label
-            assert v["test_loss"] == m["test_loss"] and v["test_accuracy"] == m["test_accuracy"], label
-        else:
-            np.testing.assert_allclose(lv, lm, rtol=1e-5, err_msg=label)
-            for a, b in zip(wv, wm):
-                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=label)
-            assert v["test_accuracy"] == m["test_accuracy"], label
-            assert v["test_loss"] == pytest.approx(m["test_loss"], rel=1e-5), label
+        assert len(lv) == len(lm) == 10 and len(wv) == len(wm), label
+        assert lv == lm, label
+        assert all(np.array_equal(a, b) for a, b in zip(wv, wm)), label
+        assert v["test_loss"] == m["test_loss"] and v["test_accuracy"] == m["test_accuracy"], label
 
 
 @pytest.mark.mpi
 def test_virtual_equals_mpiexec_bitwise_at_P2(tmp_path):
     virt, mpi = run_both(2, SPECS, 10, tmp_path)
-    assert_same_runs(2, SPECS, tmp_path, virt, mpi, bitwise=True)
+    assert_same_runs(2, SPECS, tmp_path, virt, mpi)
 
 
 @pytest.mark.mpi
-def test_virtual_equals_mpiexec_at_P4(tmp_path):
+def test_virtual_equals_mpiexec_bitwise_at_P4(tmp_path):
+    """Beyond P = 2 a sum's order matters; it is MPICH's here, so the runs agree
+    bit for bit (stricter than the 1e-5 the issue allows)."""
     virt, mpi = run_both(4, SPECS, 10, tmp_path)
-    assert_same_runs(4, SPECS, tmp_path, virt, mpi, bitwise=False)
+    assert_same_runs(4, SPECS, tmp_path, virt, mpi)
 
 
 @pytest.mark.mpi

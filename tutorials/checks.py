@@ -225,7 +225,7 @@ def check_sgd_momentum(sgd_momentum):
 S04 = "04_mpi_basics"
 
 
-class _VirtualComm:
+class _SimulatedComm:
     """A stand-in for a Comm of ``size`` ranks in one process: ``allreduce(buf)``
     adds what the other (virtual) ranks hold, in place, like the real one. The
     checks run answers on it too, so that one that divides by 2 instead of
@@ -259,7 +259,7 @@ def check_allreduce_mean(allreduce_mean, comm):
     _close(got, want, f"mean over {comm.size} ranks (rank {comm.rank})", rtol=1e-5, atol=1e-6,
            hint="Hint: allreduce gives the SUM; divide by comm.size.")
     others = [rng.standard_normal(7).astype(np.float32) for _ in range(2)]  # a job of 3 ranks, simulated
-    got = allreduce_mean(_VirtualComm(others), x.copy())
+    got = allreduce_mean(_SimulatedComm(others), x.copy())
     _close(got, (x + others[0] + others[1]) / 3, "mean over 3 ranks (a simulated communicator)", rtol=1e-5,
            atol=1e-6, hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
 
@@ -369,7 +369,7 @@ def check_sync_step(sync_step, comm):
     rng = np.random.default_rng(51)
     g, w0, *others = (rng.standard_normal(6).astype(np.float32) for _ in range(4))
     w = w0.copy()
-    sync_step(_VirtualComm(others), g.copy(), w, SGD([mp.nn.Parameter(w.copy())], lr=0.1, momentum=0.0))
+    sync_step(_SimulatedComm(others), g.copy(), w, SGD([mp.nn.Parameter(w.copy())], lr=0.1, momentum=0.0))
     _close(w, w0 - np.float32(0.1) * (g + others[0] + others[1]) / 3, "weights after one step on 3 ranks "
            "(a simulated communicator)", rtol=1e-5, atol=1e-6,
            hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")

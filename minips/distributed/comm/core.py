@@ -903,7 +903,8 @@ class Comm:
         call (a rank waiting in one at once) and this one raises SystemExit.
         When the job is already ending (another rank aborted first), nothing
         is printed."""
-        if getattr(self.mpi, "aborted", False):
+        claim = getattr(self.mpi, "claim_abort", None)  # virtual ranks: the first to abort speaks
+        if self.size > 1 and claim is not None and not claim(code):
             raise JobAborted()
         sys.stderr.write(f"[minips rank {self.rank}] {message}\n")
         sys.stderr.flush()

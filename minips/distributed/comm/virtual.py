@@ -396,16 +396,18 @@ class World:
         if self.aborted is not None:
             raise JobAborted()
 
-    def abort(self, rank, code: int) -> None:
+    def abort(self, rank, code: int) -> bool:
         """End the job: every request still pending completes (its waiter then
-        raises JobAborted) and every later call raises it. The first abort wins."""
+        raises JobAborted) and every later call raises it. The first abort wins
+        (returns True; later ones return False and change nothing)."""
         with self.lock:
             if self.aborted is not None:
-                return
+                return False
             self.aborted = (rank, int(code))
             live = list(self._live)
         for r in live:
             r.event.set()
+        return True
 
     def _track(self, req) -> None:
         with self.lock:
@@ -539,6 +541,11 @@ class VirtualComm:
 
     def Abort(self, errorcode: int = 1) -> None:
         self.world.abort(self.world_rank, errorcode)
+
+    def claim_abort(self, errorcode: int = 1) -> bool:
+        """Abort the job; True if this rank is the first to (it then reports
+        why), False if another rank already did (this one ends silently)."""
+        return self.world.abort(self.world_rank, errorcode)
 
     # --- collectives: one slot per call, completed by the last rank to arrive -----------
     def _collective(self, kind: str, payload, finish) -> VRequest:
