@@ -309,7 +309,7 @@ from minips.train import train
 runs = {}
 for algo in ("sync", "pseudo-sync"):
     runs[algo] = train(model="mlp", virtual_ranks=64, algo=algo, batch_size=16, lr=0.05, epochs=pick(3, 1),
-                       max_steps=pick(0, 3), network="10gbe", quiet=True, out=str(OUT / f"virtual64-{algo}"),
+                       max_steps=pick(0, 2), network="10gbe", quiet=True, out=str(OUT / f"virtual64-{algo}"),
                        overwrite=True)
 for algo, s in runs.items():
     print(f"{algo:12s} {s['world_size']} VIRTUAL ranks, {s['steps']} steps: test accuracy "

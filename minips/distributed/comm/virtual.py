@@ -291,6 +291,11 @@ class FairSemaphore:
                 self._value += 1
 
 
+def _gone(ctx, member: int, what: str) -> VirtualMPIError:
+    return VirtualMPIError(f"rank {ctx.ranks[member]} has ended, but this rank waits for it in {what}: every rank "
+                           "must make the same collective calls and post a send for every receive")
+
+
 class _Context:
     """The shared side of one communicator (a world, a node, a graph): its
     member ranks, the collectives in progress by sequence number, and the
@@ -299,38 +304,28 @@ class _Context:
     def __init__(self, world_ranks: list):
         self.ranks = list(world_ranks)
         self.size = len(self.ranks)
-        self.calls = [0] * self.size  # collective calls each member has posted
         self.slots: dict = {}
         self.sends: dict = {}   # (src, dst, tag) -> deque of (bytes, request)
         self.recvs: dict = {}   # (src, dst, tag) -> deque of (bytes, request)
 
-
-def _gone(ctx, member: int, what: str) -> VirtualMPIError:
-    return VirtualMPIError(f"rank {ctx.ranks[member]} has ended, but this rank waits for it in {what}: every rank "
-                           "must make the same collective calls and post a send for every receive")
-
-
-def _abandoned(self, finished: set) -> list:
-    """Under the world lock: (request, error) of every call of this context
-    that waits for a rank in ``finished``; their slots and queues are dropped."""
-    out = []
-    gone = [i for i, r in enumerate(self.ranks) if r in finished]
-    for seq, slot in list(self.slots.items()):
-        missing = [i for i in gone if slot.kinds[i] is None]
-        if missing:
-            del self.slots[seq]
-            kind = next(k for k in slot.kinds if k is not None)
-            out += [(r, _gone(self, missing[0], f"{kind} (call {seq})")) for r in slot.requests if r is not None]
-    for queues, who in ((self.recvs, 0), (self.sends, 1)):  # a receive from / a send to a rank that ended
-        for key, q in list(queues.items()):
-            if key[who] in gone:
-                del queues[key]
-                what = f"a message {'from' if who == 0 else 'to'} rank {self.ranks[key[who]]}"
-                out += [(req, _gone(self, key[who], what)) for _, req in q]
-    return out
-
-
-_Context.abandoned = _abandoned
+    def abandoned(self, finished: set) -> list:
+        """Under the world lock: (request, error) of every call of this context
+        that waits for a rank in ``finished``; their slots and queues are dropped."""
+        out = []
+        gone = [i for i, r in enumerate(self.ranks) if r in finished]
+        for seq, slot in list(self.slots.items()):
+            missing = [i for i in gone if slot.kinds[i] is None]
+            if missing:
+                del self.slots[seq]
+                kind = next(k for k in slot.kinds if k is not None)
+                out += [(r, _gone(self, missing[0], f"{kind} (call {seq})")) for r in slot.requests if r is not None]
+        for queues, who in ((self.recvs, 0), (self.sends, 1)):  # a receive from / a send to a rank that ended
+            for key, q in list(queues.items()):
+                if key[who] in gone:
+                    del queues[key]
+                    what = f"a message {'from' if who == 0 else 'to'} rank {self.ranks[key[who]]}"
+                    out += [(req, _gone(self, key[who], what)) for _, req in q]
+        return out
 
 
 class _Slot:
@@ -555,7 +550,6 @@ class VirtualComm:
         seq, self._seq = self._seq, self._seq + 1
         failed = []
         with world.lock:
-            self.ctx.calls[self.rank] = seq + 1
             slot = self.ctx.slots.get(seq)
             if slot is None:
                 slot = self.ctx.slots[seq] = _Slot(self.ctx.size)
