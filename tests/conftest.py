@@ -62,7 +62,9 @@ def run_ranks(n, script, *argv, timeout=120, mpi=False):
     rule use this; ``mpi=True`` launches ``mpiexec -n n`` (the communication
     layer, progress modes, signals, hangs, and virtual == MPI). n = 0: one
     plain process (in process: one virtual rank). An error on a virtual rank
-    gives returncode != 0 and its message (or traceback) in ``stderr``.
+    gives returncode != 0 and its message (or traceback) in ``stderr``. What
+    the worker changes in this process's modules is not undone, except the
+    algorithm registry (restored: tests/toy_launch.py adds to it).
     """
     import contextlib
     import io
@@ -76,8 +78,9 @@ def run_ranks(n, script, *argv, timeout=120, mpi=False):
         if n:
             cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    from minips.distributed.algorithms import ALGORITHMS
     from minips.distributed.comm import virtual
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, saved_registry = sys.argv[:], sys.path[:], dict(ALGORITHMS)
     sys.argv = [str(script), *argv]
     sys.path.insert(0, str(Path(script).parent))  # as for a script: its folder first
     out, err, code = io.StringIO(), io.StringIO(), 0
@@ -89,9 +92,11 @@ def run_ranks(n, script, *argv, timeout=120, mpi=False):
     except Exception:  # noqa: BLE001 - reported as a failed job, as mpiexec would
         code = 1
         err.write(traceback.format_exc())
-    finally:
+    finally:  # what a worker changed in this process (tests/toy_launch.py extends the registry) is undone
         sys.argv = saved_argv
         sys.path[:] = saved_path
+        ALGORITHMS.clear()
+        ALGORITHMS.update(saved_registry)
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
