@@ -364,7 +364,7 @@ def run_methods(runs, metric: str = "test_accuracy") -> list[dict]:
         s = r["summary"]
         b = s.get("bytes_sent_per_step")
         out.append({"name": r["name"], "algo": s.get("algo", ""), "curve": evaluation_curve(s, r["trace"], metric),
-                    "final": s.get(metric), "final_std": None, "mib_per_step": None if b is None else b / 2**20})
+                    "final": s.get(metric), "final_ci": None, "mib_per_step": None if b is None else b / 2**20})
     return out
 
 
@@ -442,8 +442,8 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
 
 def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: str = "") -> bool:
     """Final ``metric`` against MiB sent per rank per step (log scale), one
-    labelled point per method (bars: the standard deviation over seeds when a
-    method has ``final_std``), one panel per ``(title, methods)`` of
+    labelled point per method (bars: the 95 % t interval over seeds when a
+    method has ``final_ci``), one panel per ``(title, methods)`` of
     ``panels``. Labels are placed where they overlap no other label or point
     (a thin line leads to a label set away from its point). Methods that sent
     nothing cannot sit on a log axis: they are named under the panel.
@@ -462,7 +462,7 @@ def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: 
     for ax, (title, methods), pts in zip(axes[0], panels, pts_of):
         for m in pts:
             st = styles[m["name"]]
-            ax.errorbar([m["mib_per_step"]], [m["final"]], yerr=None if not m.get("final_std") else [m["final_std"]],
+            ax.errorbar([m["mib_per_step"]], [m["final"]], yerr=None if not m.get("final_ci") else [m["final_ci"]],
                         fmt=st["marker"], color=st["color"], ms=6, capsize=2, elinewidth=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -481,7 +481,7 @@ def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: 
     fig.tight_layout()
     for ax, pts in zip(axes[0], pts_of):
         _label_points(ax, [(m["mib_per_step"], m["final"]) for m in pts], [m["name"] for m in pts],
-                      [algo_color(m["algo"]) for m in pts], bars=[m.get("final_std") or 0.0 for m in pts])
+                      [algo_color(m["algo"]) for m in pts], bars=[m.get("final_ci") or 0.0 for m in pts])
     _save(fig, path)
     return True
 

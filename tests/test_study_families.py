@@ -207,7 +207,7 @@ def test_scatter_labels_thirty_crowded_methods_legibly(tmp_path, figures):
     names = list(ALGORITHMS)[:30]
     assert len(names) >= 25
     # most methods in two tight clusters (as the mini set gives), a few apart
-    methods = [{"name": f"{n}:opt={i}", "algo": n, "curve": [], "final_std": 0.003,
+    methods = [{"name": f"{n}:opt={i}", "algo": n, "curve": [], "final_ci": 0.003,
                 "final": 0.83 + 0.01 * ((i * 7) % 5) / 5 if i % 6 else 0.70 + 0.02 * i / 6,
                 "mib_per_step": (0.3 if i % 2 else 1.2) * (1 + 0.05 * (i % 3)) if i % 6 else 0.02 * (i + 1)}
                for i, n in enumerate(names)]
