@@ -8,7 +8,7 @@ runs: edit it and the next run follows the edit. Where NumPy would make a dozen
 passes over the n weights, the file writes the rule as a plain element loop
 compiled by Numba (``@njit``, the loop reads like the formula; set
 ``NUMBA_DISABLE_JIT=1`` to step through it in a debugger). The scoring of
-forecasts (:func:`arrival_sums`) is such a loop, here.
+forecasts (:func:`arrival_sums`) is such a pair of loops, here.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ __all__ = ["Predictor", "arrival_sums"]
 
 
 @njit(cache=True)
-def _arrival_sums(G, G_naive, F, c, with_c):
-    fg = ff = gg = err = naive = ac = cc = 0.0          # float64 accumulators
+def _forecast_sums(G, G_naive, F):
+    fg = ff = gg = err = naive = 0.0                      # float64 accumulators
     for i in range(G.size):
         g, f, gn = np.float64(G[i]), np.float64(F[i]), np.float64(G_naive[i])
         fg += f * g
@@ -33,10 +33,21 @@ def _arrival_sums(G, G_naive, F, c, with_c):
         gg += g * g
         err += (f - g) * (f - g)                          # what the forecast missed
         naive += (gn - g) * (gn - g)                      # what the naive stale gradient missed
-        if with_c:
-            ci = np.float64(c[i])
-            ac += (g - gn) * ci                           # <change the naive forecast missed, correction>
-            cc += ci * ci
+    return fg, ff, gg, err, naive
+
+
+@njit(cache=True)
+def _forecast_sums_with_correction(G, G_naive, F, c):
+    fg = ff = gg = err = naive = ac = cc = 0.0
+    for i in range(G.size):
+        g, f, gn, ci = np.float64(G[i]), np.float64(F[i]), np.float64(G_naive[i]), np.float64(c[i])
+        fg += f * g
+        ff += f * f
+        gg += g * g
+        err += (f - g) * (f - g)
+        naive += (gn - g) * (gn - g)
+        ac += (g - gn) * ci                               # <change the naive forecast missed, correction>
+        cc += ci * ci
     return fg, ff, gg, err, naive, ac, cc
 
 
@@ -61,11 +72,12 @@ def arrival_sums(G: np.ndarray, G_naive: np.ndarray, F: np.ndarray, c: np.ndarra
     for name, v in (("G_naive", G_naive), ("F", F)) + ((("c", c),) if c is not None else ()):
         if v.size != n:
             raise ValueError(f"arrival_sums: {name} has {v.size} elements, G has {n}")
-    cv = G.reshape(-1) if c is None else c.reshape(-1)   # not read when c is None
-    fg, ff, gg, err, naive, ac, cc = _arrival_sums(G.reshape(-1), G_naive.reshape(-1), F.reshape(-1), cv,
-                                                   c is not None)
-    out = {"FG": fg, "FF": ff, "GG": gg, "err": err, "naive_err": naive}
-    return out | ({"ac": ac, "cc": cc} if c is not None else {})
+    G, G_naive, F = G.reshape(-1), G_naive.reshape(-1), F.reshape(-1)
+    if c is None:
+        fg, ff, gg, err, naive = _forecast_sums(G, G_naive, F)
+        return {"FG": fg, "FF": ff, "GG": gg, "err": err, "naive_err": naive}
+    fg, ff, gg, err, naive, ac, cc = _forecast_sums_with_correction(G, G_naive, F, c.reshape(-1))
+    return {"FG": fg, "FF": ff, "GG": gg, "err": err, "naive_err": naive, "ac": ac, "cc": cc}
 
 
 class Predictor:

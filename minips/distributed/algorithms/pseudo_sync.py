@@ -152,6 +152,11 @@ class PseudoSyncSGD(Algorithm):
         # a predictor that uses the rank's own gradient lets the ranks' weights differ
         return not PREDICTORS[options.predictor].uses_local_gradient
 
+    @property
+    def replicated(self) -> bool:
+        # the sync path (one process) has one rank: nothing can drift
+        return getattr(self, "sync_path", False) or super().replicated
+
     def num_grad_buffers(self) -> int:
         return self.options.staleness + 1
 
