@@ -303,11 +303,12 @@ show(fig, OUT / "predictors_lab.png")
 # Try it: change `rho`, `h_max` or `lambda0` through `predictor_options` (they are the
 # keyword arguments of `AdaptivePredictor`), or use `LeastSquares(rotate=True)`.
 #
-# To change the *rule* itself, edit its readable code: steps 1-2 are `aesp_step` in
-# `kernels/reference.py`, step 3 is `_update_confidence` above. By default steps 1-2 run as
-# a fused Numba kernel compiled from a copy of that code, so **set `MINIPS_REFERENCE_KERNELS=1`**
-# (in the shell before running this step, or `train --reference-kernels`): then the readable
-# NumPy code runs and your edit changes the curves.
+# To change the *rule* itself, edit its code in `minips/distributed/algorithms/aesp.py`:
+# steps 1-2 are the loop `_aesp_loop` (one line per formula, compiled by Numba, which
+# recompiles an edited file), step 3 is `_update_confidence`. That file is the only copy
+# of AESP and it is what runs: restart the kernel (or rerun this script) and your edit
+# changes the curves. (`NUMBA_DISABLE_JIT=1` runs the loop as plain Python, to step
+# through it in a debugger.)
 
 # %% [markdown]
 # ## 6. Why a delay destabilises momentum, and a rule that removes it
@@ -596,7 +597,7 @@ for label, value in acc.items():
 print(f"lambda_t of the default AESP: {lam[0]:.2f} at the first arrival, {lam[min(10, len(lam) - 1)]:.2f} "
       f"ten arrivals later, {lam[-1]:.2f} at the end")
 better = acc["pseudo-sync:adaptive:2"] > acc["pseudo-sync:last:2"]
-print("here AESP (default) did " + ("better" if better else "WORSE") + " than `last`.")
+print("here AESP did " + ("better" if better else "WORSE") + " than `last`.")
 
 # %% [markdown]
 # How to read your run (and what we saw when writing this step):
