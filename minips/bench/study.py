@@ -885,7 +885,7 @@ def run(args) -> int:
     root = Path(args.out)
     ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
     specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
-    if args.report_only and not (root / "runs").is_dir():
+    if args.report_only and not (root / "runs").is_dir() and not args.add_records:
         raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
                          f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
