@@ -273,18 +273,18 @@ def seeds_report(summaries: list[dict], within: float | None = None) -> str:
 
 @subcommand("compare", help="run several algorithms on the same setup; table + figures")
 def _add_compare_arguments(p):
-    from .distributed.algorithms import DEFAULT_ALGOS
+    from .distributed.algorithms import BASELINE, DEFAULT_ALGOS
     add_train_arguments(p)
     p.add_argument("--algos", required=True,
                    help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
                         f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
     p.add_argument("--seeds", metavar="S,S,...",
                    help="run every algorithm once per seed (e.g. 0,1,2,3,4) and add the statistics over seeds to "
-                        "compare.md: mean and 95 %% CI per algorithm, each against sync paired by seed "
+                        f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
                         "(better / worse / tie); overrides --seed")
     p.add_argument("--within", type=float, metavar="POINTS",
-                   help="with --seeds: the target 'within POINTS of sync' (accuracy points: 0.5 = 0.005; BLEU "
-                        "points), reported as met / missed / unresolved")
+                   help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
+                        "BLEU points), reported as met / missed / unresolved")
     p.add_argument("--target-accuracy", type=float, metavar="ACC",
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
@@ -316,8 +316,8 @@ def _cmd_compare(args) -> int:
         if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
             raise ConfigError(f"--seeds {args.seeds}: give distinct non-negative integers, e.g. --seeds 0,1,2")
     if args.within is not None and not args.within > 0:
-        raise ConfigError(f"--within {args.within}: give the largest acceptable gap to sync in points, > 0 "
-                          "(e.g. 0.5 for half a point of accuracy)")
+        raise ConfigError(f"--within {args.within}: give the largest acceptable gap to the baseline in points, "
+                          "> 0 (e.g. 0.5 for half a point of accuracy)")
     if args.within is not None and (seeds is None or len(seeds) < 2):
         raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
                           "interval over seeds)")

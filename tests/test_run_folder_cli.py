@@ -16,7 +16,7 @@ MLP = ["train", "--model", "mlp", "--epochs", "1", "--quiet", "--batch-size", "6
 
 def test_a_second_run_into_a_folder_is_refused_and_overwrite_clears_stale_files(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main([*MLP, "--algo", "pseudo-sync", "--max-steps", "3", "--out", str(out)]) == 0
+    assert main([*MLP, "--algo", "pseudo-sync:adaptive", "--max-steps", "3", "--out", str(out)]) == 0
     assert "lambda" in (out / "trace.csv").read_text().splitlines()[0]
     (out / "notes.txt").write_text("mine")
     capsys.readouterr()

@@ -47,7 +47,7 @@ def test_config_file_and_flag_override(tmp_path):
     assert s["lr"] == 0.02 and s["batch_size_per_rank"] == 500 and s["steps"] == 20
     assert s["predictor_options"] is None  # sync has no predictor
     # a predictor's options, defaults included, are recorded with the run
-    cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync"\nquiet = true\n'
+    cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync:adaptive"\nquiet = true\n'
                    '[predictor_options]\nrho = 0.5\n')
     r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out), "--overwrite"])
     assert r.returncode == 0, r.stderr
@@ -131,7 +131,7 @@ def test_mpi_resume_equality_and_world_size_check(tmp_path):
     def mpirun(n, args):
         return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "minips", "train", *args],
                               capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
-    common = [*MLP, "--epochs", "1", "--batch-size", "128", "--check-replicas", "5"]
+    common = [*MLP, "--epochs", "1", "--batch-size", "128", "--check-replicas", "5", "--algo", "pseudo-sync:adaptive"]
     full, part = tmp_path / "full", tmp_path / "part"
     r = mpirun(2, [*common, "--checkpoint-every", "1000", "--out", str(full)])
     assert r.returncode == 0, r.stderr

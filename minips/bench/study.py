@@ -878,14 +878,15 @@ def _add_records(records: list[dict], paths: str, specs: list[RunSpec]) -> list[
 
 def run(args) -> int:
     grid = load_grid(args.grid)
-    if args.within is not None:
+    if getattr(args, "within", None) is not None:
         grid.within_points = _within("--within", args.within)
-    if args.contrast:
+    if getattr(args, "contrast", None):
         grid.contrasts += _contrasts("--contrast", list(args.contrast), grid.algos)
     root = Path(args.out)
     ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
     specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
-    if args.report_only and not (root / "runs").is_dir() and not args.add_records:
+    add_records = getattr(args, "add_records", None)
+    if args.report_only and not (root / "runs").is_dir() and not add_records:
         raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
                          f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
@@ -929,8 +930,8 @@ def run(args) -> int:
         records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed,
                     **_record(s.out(root), grid.metric, grid.report_metric, grid.target_accuracy)}
                    for s in specs if (s.out(root) / "summary.json").exists()]
-    if args.add_records:
-        records = _add_records(records, args.add_records, specs)
+    if add_records:
+        records = _add_records(records, add_records, specs)
     if not records:
         print(f"no finished runs yet in {root / 'runs'} for the {len(specs)} runs of this grid "
               "(check --out and the --ranks/--seeds/--lr/--algos selection)")
