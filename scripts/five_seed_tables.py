@@ -76,7 +76,8 @@ def table(title: str, records: list[dict], ranks, k: int, within: float, scale: 
     unit = "BLEU-4" if scale == 1 else "accuracy"
     lines = [f"### {title}", "",
              f"Mean ± 95 % t interval over seeds ({unit}); differences in points, 95 % t interval of the per-seed "
-             f"difference (paired by seed). Target: within {within:g} points of sync on validation.", "",
+             f"difference (paired by seed). Target: within {within:g} point{'' if within == 1 else 's'} of sync on "
+             "validation.", "",
              "| P | rule | seeds | val | val minus sync | test | test minus sync | target (val) | "
              "local minus AESP (val; test) |", "|---|---|---|---|---|---|---|---|---|"]
     rows = []
