@@ -8,6 +8,9 @@
   (MPI exercises under ``mpiexec -n 2``, through tests/tutorial_check_worker.py).
 - ``test_check_rejects_wrong_answer``: each check raises AssertionError on a
   plausible wrong answer (tests/tutorial_wrong_answers.py).
+- ``test_check_accepts_right_answers_written_differently``: each check accepts
+  right answers that differ from the reference solution
+  (tests/tutorial_right_answers.py); the MPI exercises' under mpiexec.
 - ``test_placeholder_stops_with_a_message``: without solutions, an unsolved
   exercise stops the step with a message that says what to do.
 - ``test_tutorials_are_notebooks``: each step is a jupytext percent file with
@@ -33,6 +36,7 @@ sys.path.insert(0, str(TUT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import checks  # noqa: E402  (tutorials/checks.py)
+import tutorial_right_answers as right  # noqa: E402
 import tutorial_wrong_answers as wrong  # noqa: E402
 
 #: step file -> number of MPI processes it runs on
@@ -107,6 +111,19 @@ def test_solution_passes_check(exercise_id):
     ex.check(_solution(ex))
 
 
+def test_every_exercise_has_another_right_answer():
+    assert sorted(right.RIGHT) == sorted(checks.EXERCISES)
+
+
+@pytest.mark.parametrize("exercise_id", SERIAL)
+def test_check_accepts_right_answers_written_differently(exercise_id):
+    """A check must not demand one way of being right (another order of
+    operations, NumPy idiom, container or scalar type)."""
+    ex = checks.EXERCISES[exercise_id]
+    for good in right.RIGHT[exercise_id]():
+        ex.check(good)
+
+
 @pytest.mark.parametrize("exercise_id", SERIAL)
 def test_check_rejects_wrong_answer(exercise_id):
     ex = checks.EXERCISES[exercise_id]
@@ -122,6 +139,7 @@ def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert out.count("solution: passed") == 2 and out.count("wrong answers: rejected") == 2, out[-4000:]
+    assert out.count("other right answers: accepted") == 2, out[-4000:]
 
 
 def test_placeholder_stops_with_a_message(tmp_path):
