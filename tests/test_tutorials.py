@@ -193,3 +193,37 @@ def test_a_step_can_be_run_again():
             assert "--overwrite" in words or "--resume" in words, \
                 f"tutorials/{step}.py line {line}: add --overwrite (a second run of the step would fail)"
     assert found >= 5  # steps 8, 10, 11, 12 and 13 write runs through the CLI
+
+
+def test_simulated_job_runs_the_same_answer_and_reports_mismatched_collectives():
+    """The checks' simulated job (tutorials/checks.py): every rank runs the answer,
+    allreduce sums what each rank passed (so dividing first is right), and ranks
+    that call different collectives fail with a message at once, not a hang."""
+    import time
+
+    import numpy as np
+
+    def divide_first(comm, x):
+        y = x / comm.size
+        comm.allreduce(y)
+        return y
+    xs = [np.full(3, r + 1.0, np.float32) for r in range(4)]
+    outs = checks._SimulatedJob(4).run(divide_first, [(x,) for x in xs])
+    assert all(np.allclose(o, 2.5) for o in outs)
+
+    def only_rank0(comm, x):
+        if comm.rank == 0:
+            comm.allreduce(x)
+        return x
+
+    def other_collective(comm, x):
+        return comm.allgather(x) if comm.rank else comm.allreduce(x)
+
+    def other_shape(comm, x):
+        comm.allreduce(x[:2].copy() if comm.rank else x.copy())
+    for bad, words in ((only_rank0, "returned after 0 collective(s)"), (other_collective, "same collectives"),
+                       (other_shape, "same shape")):
+        t0 = time.monotonic()
+        with pytest.raises(AssertionError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            checks._SimulatedJob(3).run(bad, [(x.copy(),) for x in xs[:3]])
+        assert time.monotonic() - t0 < 5, bad.__name__

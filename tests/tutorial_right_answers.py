@@ -98,10 +98,10 @@ def _r31():
 
 
 def _r32():
-    def mu_last(w, d, v, lr, mu):              # v * mu + d, w -= in place on the copy it was given
+    def mu_last(w, d, v, lr, mu):              # v * mu + d, w -= in place on the copy it was given; a list
         v = d if v is None else v * mu + d
         w -= lr * v
-        return w, v
+        return [w, v]
 
     def zeros_start(w, d, v, lr, mu):          # v = 0 before the first step: mu * 0 + d = d
         v = (np.zeros_like(d) if v is None else v) * mu + d

@@ -222,7 +222,7 @@ def check_sgd_momentum(sgd_momentum):
         for t, d in enumerate(ds):
             opt.apply(0, w_ref, d)
             out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), lr, mu)
-            assert isinstance(out, tuple) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
+            assert isinstance(out, (tuple, list)) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
             w, v = out
             what = f"lr {lr}, mu {mu}, step {t + 1}"
             _array(w, f"w ({what})", (6,), kind="f")
@@ -272,9 +272,13 @@ class _SimulatedJob:
             k = self.calls[rank]
             self.calls[rank] += 1
             slot = self.slots.setdefault(k, {"kind": kind, "data": {}, "result": None, "done": False, "error": None})
-            if slot["kind"] != kind:
-                raise _Mismatch(f"simulated rank {rank}'s collective number {k + 1} is comm.{kind}, another rank's "
-                                f"is comm.{slot['kind']}: every rank must call the same collectives in the same order")
+            if slot["kind"] != kind:   # every rank in this collective gets the error
+                slot["error"] = _Mismatch(f"simulated rank {rank}'s collective number {k + 1} is comm.{kind}, "
+                                          f"another rank's is comm.{slot['kind']}: every rank must call the same "
+                                          "collectives in the same order")
+                slot["done"] = True
+                self.cond.notify_all()
+                raise slot["error"]
             slot["data"][rank] = value
             if len(slot["data"]) == self.size:
                 try:
