@@ -39,8 +39,14 @@ class DNG(GossipAlgorithm):
 
     This rule REPLACES the optimizer's step: the Trainer's ``--momentum``,
     ``--nesterov`` and ``--weight-decay`` are not used (the optimizer's buffer
-    stays empty). With P = 1 and ``rule=constant`` it is Nesterov SGD
+    stays empty). With P = 1, ``rule=constant`` and a constant step size (``c``
+    > 0, or ``c`` = 0 with ``--schedule constant``) it is Nesterov SGD
     (``SGD(lr=c, momentum=beta, nesterov=True)``, whose weights are y; tested).
+    With a schedule (the default is cosine) it is not: D-NG scales each
+    gradient by its own step's alpha and carries that in ``x^k - x^{k-1}``
+    (the step size inside the velocity, as in Sutskever et al. 2013), where
+    SGD's buffer sums raw gradients and scales them all by the current
+    learning rate; one rank then follows the step-size-inside form (tested).
 
     The weights (``flat.weights``) hold the iterate x (evaluated, averaged,
     checkpointed); y is swapped in by :meth:`compute_point` for forward and
