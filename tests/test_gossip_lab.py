@@ -6,8 +6,8 @@ under test. Exact checks: the sparse graphs equal the dense topology module's
 W and spectra; every method keeps the mean (push-sum: sum x / sum w); the
 complete graph averages in one round; accelerated with alpha = 1 is plain
 gossip bit for bit; on a ring of 32 the accelerated method needs about a tenth
-of plain gossip's rounds to 1e-6 (seed 0: 94 vs 951, as ALGORITHMS.md's
-reference computation); periodic gossip's per-period rate is the same for
+of plain gossip's rounds to 1e-6 (seed 0: 94 vs 951, the counts
+docs/specifications.md section 20 records); periodic gossip's per-period rate is the same for
 every edge order on a tree and not on a ring; push-sum's sum, count and churn;
 the virtual and MPI engines give the same trajectory (mpiexec -n 4); bad
 input gives one-line errors.
