@@ -186,7 +186,8 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -
                   f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
                   f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
                   f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
-                  f"progress: {first['progress']}\n\n")
+                  f"progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, load average at the "
+                  f"end {first.get('load_average_end')}\n\n")
         atomic_write(out / COMPARE_MD, header + table + "\n")
         write_json(out / COMPARE_JSON, summaries)
         plot_runs([run_folder(out, e["label"]) for e in algos], out)

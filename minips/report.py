@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import reference_kernels
+from .kernels import cpuinfo, reference_kernels
 from .timing import PHASES
 
 __all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "WARMUP_STEPS",
@@ -32,6 +32,8 @@ UNITS = {
     "warmup_steps": "steps left out of the timing means",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
+    "cpu": "rank 0's CPU: model name, vendor family and model numbers, widest vector instruction set, cores",
+    "load_average_end": "the 1, 5 and 15 minute load averages of rank 0's machine when the run ended",
 }
 
 
@@ -96,6 +98,8 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        "cpu": cpuinfo.describe(),  # the model name alone does not tell the CPU generation (Zen 3 or 4)
+        "load_average_end": _load_average(),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,
@@ -106,6 +110,15 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
                                                              "consensus_distance"):
             out[k] = v
     return out
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages when the run ended (None where the OS has none)."""
+    import os
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _ordered(names) -> list[str]:

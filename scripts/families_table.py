@@ -37,7 +37,8 @@ def main(root="docs/bench/families") -> None:
         a4, a8 = acc[(label, 4)], acc[(label, 8)]
         ms1, ms10 = t1[label]["step_time_s"] * 1e3, t10[label]["step_time_s"] * 1e3
         mark = " \u2020" if reconstructed(label) else ""
-        print(f"| {a4['family']} | `{label}`{mark} | {a4['mean']:.4f} ± {a4['std']:.4f} | {a8['mean']:.4f} ± {a8['std']:.4f} "
+        print(f"| {a4['family']} | `{label}`{mark} | {a4['mean']:.4f} ± {a4['std']:.4f} "
+              f"| {a8['mean']:.4f} ± {a8['std']:.4f} "
               f"| {a8['bytes_sent_per_step'] / 2**20:.3g} ({a8['bytes_ratio']:.3g}x) "
               f"| {ms1:.2f} ({ms1 / (s1 * 1e3):.2f}x) | {ms10:.2f} ({ms10 / (s10 * 1e3):.2f}x) |")
     print(f"\n{DAGGER}")

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from ..distributed.algorithms import BASELINE, DEFAULT_ALGOS
+from ..kernels import cpuinfo
 from .cli import register_bench
 
 __all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "reported_points"]
@@ -630,7 +631,8 @@ def run(args) -> int:
         cores = _cores()
         over = [P for P in ranks if P * args.threads > cores]
         say(f"bench scaling: {args.model} on {args.data}, batch {args.batch_size}/rank, {args.steps} steps, "
-            f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}"
+            f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}; "
+            f"cpu: {cpuinfo.describe()}"
             + (f"; NOTE P={over} oversubscribe the cores: their times are not meaningful" if over else ""))
         load_start = _load_avg()
         t0 = time.time()
@@ -638,7 +640,8 @@ def run(args) -> int:
         result = {"config": {k: getattr(args, k) for k in ("model", "data", "batch_size", "steps", "lr", "threads",
                                                            "repeats", "progress", "bucket_mb", "network", "algos",
                                                            "ranks")},
-                  "host": {"name": os.uname().nodename, "cores": cores, "load_start": load_start,
+                  "host": {"name": os.uname().nodename, "cores": cores, "cpu": cpuinfo.describe(),
+                           "load_start": load_start,
                            "load_end": _load_avg(), "seconds": time.time() - t0, "python": sys.version.split()[0]},
                   "measured": rows}
     cfg = result["config"]

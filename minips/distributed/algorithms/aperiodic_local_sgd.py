@@ -97,7 +97,8 @@ class AperiodicLocalSGD(LocalSGD):
     name = "aperiodic-local-sgd"
     family = "model averaging"
     paper = ("reconstruction: 'Aperiodic Local SGD: Beyond Local SGD' not found; local SGD with a non-uniform set "
-             "of averaging times as in Cooperative SGD (J. Wang, G. Joshi, JMLR 2021); docs/specifications.md section 3")
+             "of averaging times as in Cooperative SGD (J. Wang, G. Joshi, JMLR 2021); "
+             "docs/specifications.md section 3")
     POSITIONAL = ()
 
     @dataclass
