@@ -7,8 +7,8 @@ strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
 positional short form ``pseudo-sync:PREDICTOR:K`` still works).
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
 ``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
-and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
-and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
+``OUT/consensus.png`` when some method's ranks differ, and when the runs counted their
+traffic ``OUT/accuracy-bytes.png`` and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 
@@ -140,7 +140,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
               + (f" s to {target:g} = wall seconds until the first evaluation at or above {metric} {target:g} "
                  "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
-                 "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")]
+                 "(1/P) sum_i ||w_i - mean w||^2 at the end of training (the evaluation after the last step; "
+                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")]
     return "\n".join(lines)
 
 

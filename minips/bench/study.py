@@ -626,7 +626,9 @@ def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
     for i in range(k):
         pts = [c[i] for c in curves]
         mib = [p.get("mib_sent") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
         out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
                     "mib_sent": None if None in mib else statistics.fmean(mib),
                     metric: statistics.fmean(p[metric] for p in pts)})
     return out
