@@ -301,10 +301,11 @@ def plot_consensus(runs, path) -> bool:
     (summary.json; the value compare.md reports; at 0, e.g. right after a
     final average, it is named in the note under the axis instead), joined to
     the run's line. Returns False (and writes nothing) when every run kept its
-    ranks identical: there is nothing to draw."""
+    ranks identical, or every value is 0 (runs shorter than ``--consensus-every``
+    that end on an average): there is nothing to draw."""
     shown = [(r, *consensus_points(r)) for r in runs]
     shown = [(r, rows, end) for r, rows, end in shown if rows or end is not None]
-    if not shown:
+    if not any(rows or end[1] > 0 for _, rows, end in shown):  # nothing but zeros: nothing a log axis can show
         return False
     plt = _plt()
     style = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker

@@ -181,6 +181,13 @@ def test_consensus_figure_only_when_ranks_differ_and_with_the_end_of_run_value(t
     star = [li for li in ax.lines if li.get_marker() == "*"]
     assert len(star) == 1 and list(star[0].get_xdata()) == [59]
     assert "end of training" in ax.get_title() and plots.layout_problems(figures["consensus.png"]) == []
+    # a short run (fewer steps than --consensus-every) that ends on an average: only a 0, nothing to draw
+    _run(tmp_path / "short", "local-sgd", "local-sgd:period=4")
+    summary = json.loads((tmp_path / "short" / "summary.json").read_text())
+    summary.update(steps=4, consensus_distance=0.0)
+    (tmp_path / "short" / "summary.json").write_text(json.dumps(summary))
+    files = plots.plot_runs([tmp_path / "s", tmp_path / "short"], tmp_path / "figs-short")
+    assert "consensus.png" not in {f.name for f in files}
 
 
 def test_wall_time_axes_start_after_the_warm_up_steps(tmp_path, figures):
