@@ -135,3 +135,24 @@ def test_algorithm_summaries_are_whole_sentences():
     from minips.distributed.algorithms import describe_algorithms
     cut = [r["name"] for r in describe_algorithms() if not r["summary"].rstrip().endswith((".", ")"))]
     assert not cut, f"summaries that stop mid-sentence in `minips algorithms`: {cut}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_to_a_section_names_a_heading_of_its_file():
+    files = [f for f in sources(tracked()) if f.endswith(".md")]
+    anchors = {f: {_slug(h) for h in re.findall(r"^#+ (.+)$", (ROOT / f).read_text(), re.M)} for f in files}
+    bad = []
+    for f in files:
+        for m in LINK.finditer((ROOT / f).read_text()):
+            target = m.group(1)
+            if target.startswith(("http:", "https:", "mailto:")) or "#" not in target:
+                continue
+            path, anchor = target.split("#", 1)
+            q = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
+            if q in anchors and anchor not in anchors[q]:
+                bad.append(f"{f}: {target}")
+    assert not bad, "links to a section that does not exist:\n" + "\n".join(bad)
