@@ -151,6 +151,7 @@ def cmd_data(args) -> int:
 def cmd_algorithms(args) -> int:
     """List every registered algorithm (text, or JSON with ``--json``)."""
     import json
+    import textwrap
 
     from .distributed.algorithms import describe_algorithms
     rows = describe_algorithms()
@@ -162,7 +163,7 @@ def cmd_algorithms(args) -> int:
     for r in rows:
         ident = "ranks identical" if r["replicated"] else "ranks hold different weights"
         print(f"{r['name']}  [{r['family']}; {ident}]")
-        print(f"    {r['summary']}")
+        print(textwrap.fill(r["summary"], 100, initial_indent="    ", subsequent_indent="    "))
         if r["positional"]:
             print(f"    short form: {r['name']}:" + ":".join(p.upper() for p in r["positional"]))
         for o in r["options"]:

@@ -15,8 +15,8 @@ reports them (:mod:`minips.stats`).
 
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
 ``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
-and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
-and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
+``OUT/consensus.png`` when some method's ranks differ, and when the runs counted their
+traffic ``OUT/accuracy-bytes.png`` and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
               + (f" s to {target:g} = wall seconds until the first evaluation at or above {metric} {target:g} "
                  "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
-                 "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")]
+                 "(1/P) sum_i ||w_i - mean w||^2 at the end of training (the evaluation after the last step; "
+                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")]
     return "\n".join(lines)
 
 
@@ -206,7 +207,8 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
                   f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
                   f"epoch(s) of {first['epochs_planned']} planned), "
                   + (f"seeds {', '.join(map(str, seeds))}" if many else f"seed {first['seed']}")
-                  + f", network: {network}, progress: {first['progress']}\n\n")
+                  + f", network: {network}, progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, "
+                  f"load average at the end {first.get('load_average_end')}\n\n")
         if many:
             table = seeds_report(summaries, within) + "\n" + "\n".join(
                 f"## seed {s}\n\n" + markdown_table([x for x in summaries if x["seed"] == s], target) + "\n"

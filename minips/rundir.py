@@ -136,8 +136,8 @@ COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 
 #: what train and compare write into a folder (glob patterns): what --overwrite clears
 RUN_FILES = (METRICS, SUMMARY, TRACE, CHECKPOINT, "trace-diverged-rank*.csv", "*.tmp", COMPARE_MD, COMPARE_JSON,
-             "accuracy.png", "breakdown.png", "trace.png", "traffic.png", "accuracy-bytes.png",
-             "accuracy-traffic.png")
+             "accuracy.png", "breakdown.png", "trace.png", "consensus.png", "accuracy-bytes.png",
+             "accuracy-traffic.png", "traffic.png")  # traffic.png: drawn by earlier versions, still cleared
 
 
 def run_files(out) -> list[Path]:

@@ -17,7 +17,7 @@ export NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 OUT=runs/headline
 CMD=(mpiexec -n 2 -bind-to core python -m minips train --model convnet --epochs 1 --network "$NET"
      --max-steps "$STEPS" --quiet --overwrite)
-echo "# $(date -u +%FT%TZ) $(uname -n), $(getconf _NPROCESSORS_ONLN) cores; $(python -c 'import platform; print(platform.processor() or platform.machine())')"
+echo "# $(date -u +%FT%TZ) $(uname -n); cpu: $(python -c 'from minips.kernels import cpuinfo; print(cpuinfo.describe())')"
 echo "# command: ${CMD[*]} --algo ALGO --out $OUT/ALGO ; ALGO = sync, pseudo-sync in turn, $PAIRS pairs"
 echo "# load average (1, 5, 15 min) before each run; times in ms per step (steady state, after the 5 warm-up steps)"
 printf "%-5s %-12s %-18s %9s %8s %8s %8s %10s\n" pair algo load step_ms wait_ms pred_ms fwd+bwd test_acc

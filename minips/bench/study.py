@@ -351,6 +351,7 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
             "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
             "family": s.get("family"), "replicated": s.get("replicated"),
             "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
+            "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
             "time_to_target": time_to_target(s, target, tm),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
 
@@ -650,6 +651,17 @@ def _oversubscribed(records: list[dict]) -> list[int]:
                    if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
 
 
+def _machines(records: list[dict]) -> str:
+    """Where the times were taken: the CPUs and the range of end-of-run load averages the runs recorded."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    cpus = sorted({r["cpu"] for r in ok if r.get("cpu")})
+    loads = [r["load_average_end"][0] for r in ok if r.get("load_average_end")]
+    if not cpus:
+        return "Times taken on a CPU the runs did not record (runs made before summary.json recorded it)."
+    load = f"; 1-minute load average at the runs' ends {min(loads):g}-{max(loads):g}" if loads else ""
+    return f"Times taken on: {'; '.join(cpus)}{load}."
+
+
 def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = None) -> str:
     """The families table per learning-rate setting: one row per algorithm
     entry (with its family, rows grouped by family in the order the grid names
@@ -731,7 +743,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                    f"(times threads per rank) than the {cores_on_node()} cores of the machine writing this report "
                    "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
-               "whose ranks stay identical.")
+               "whose ranks stay identical. ")
+    cap.append(_machines(records))
     return "\n".join(lines) + "\n" + "".join(cap) + "\n"
 
 
@@ -745,7 +758,9 @@ def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
     for i in range(k):
         pts = [c[i] for c in curves]
         mib = [p.get("mib_sent") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
         out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
                     "mib_sent": None if None in mib else statistics.fmean(mib),
                     metric: statistics.fmean(p[metric] for p in pts)})
     return out

@@ -99,7 +99,7 @@ def machine() -> dict:
 
     from ..kernels import cpuinfo
     info = cpuinfo.detect()
-    out = {"cpu": info.model, "cores": info.cores, "simd": info.simd, "vector_bits_isa": info.isa_bits,
+    out = {"cpu": cpuinfo.describe(), "cores": info.cores, "simd": info.simd, "vector_bits_isa": info.isa_bits,
            "vector_bits_datapath": info.vector_bits, "python": platform.python_version(),
            "numpy": np.__version__, "numba": numba.__version__, "torch": None}
     try:
