@@ -14,6 +14,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
     target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
+    within_points = 0.5         # optional: the target "within 0.5 points of the baseline" (met / missed / unresolved)
+    contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -46,8 +48,9 @@ recorded as *diverged* (it is a result, not an error). While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
-``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
-the registry's baseline algorithm when the grid has it) and
+``OUT/G.md`` (mean, 95 % t interval and min-max over seeds, and each entry
+against the registry's baseline algorithm paired by seed when the grid has
+it) and
 ``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
 report: in ``G.md`` a table per learning-rate setting with one row per
 algorithm entry (its family, and per P the test metric, MiB sent per rank per
@@ -58,6 +61,16 @@ cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
 MiB sent, and its final value against MiB per step, labelled; drawn by
 :mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+
+Statistics (:mod:`minips.stats`): every cell is reported as its mean and
+95 % t interval over seeds; every entry is paired by seed with the baseline
+entry (the registry's baseline, sync), and the report says **better** /
+**worse** / **tie** from the 95 % t interval of the per-seed differences.
+Grid keys ``within_points = X`` (a target "within X points of the baseline":
+met / missed / unresolved, with the seeds that would resolve it) and
+``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
+``--contrast``, and ``--add-records OLD.json`` (count the runs an earlier
+study recorded, for seeds whose folders were not kept).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
 ``metric = "val_accuracy"`` (or ``"val_bleu"``), the report's first tables
