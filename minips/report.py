@@ -30,6 +30,8 @@ UNITS = {
     "bytes_sent_per_rank": "bytes each rank sent during the training steps",
     "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
     "warmup_steps": "steps left out of the timing means",
+    "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
+                      "use: the ranks took turns, so the timings are not comparable",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
 }
@@ -96,6 +98,8 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        # {"ranks_on_node", "cores"} when more ranks than cores ran on a node (timings not comparable), else None
+        "oversubscribed": getattr(trainer, "oversubscribed", None),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,

@@ -31,8 +31,8 @@ import numpy as np
 
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
-           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "METRICS_COLUMNS",
-           "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
+           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "release_lock_of",
+           "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
@@ -51,15 +51,30 @@ class RunLock:
         path: the lock file.
         replaced: the contents (pid, host, started) of a stale lock that was
             removed to take this one, or None.
+        owner: what the lock file holds (pid, host, started): other ranks of
+            the job are given it, so that a failing rank can remove the lock
+            of the rank its abort kills (:func:`release_lock_of`).
     """
 
-    def __init__(self, path: Path, replaced: dict | None = None):
+    def __init__(self, path: Path, replaced: dict | None = None, owner: dict | None = None):
         self.path, self.replaced = path, replaced
+        self.owner = owner or {"pid": os.getpid(), "host": socket.gethostname()}
 
     def release(self) -> None:
         """Remove the lock file if it is still this process's."""
-        if (_read_lock(self.path) or {}).get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
+        release_lock_of(self.path, self.owner)
+
+
+def release_lock_of(path, owner: dict) -> bool:
+    """Remove the lock file ``path`` if it still holds ``owner``'s pid and host
+    (never another run's lock); returns whether it was removed. Used by the
+    process that took the lock, and by another rank of its job that fails:
+    that rank's ``MPI_Abort`` may kill the lock's owner before it can remove it."""
+    held = _read_lock(Path(path)) or {}
+    if held.get("pid") != owner.get("pid") or held.get("host") != owner.get("host"):
+        return False
+    Path(path).unlink(missing_ok=True)
+    return True
 
 
 def _read_lock(path: Path) -> dict | None:
@@ -129,7 +144,7 @@ def take_lock(out) -> RunLock:
             lock.unlink(missing_ok=True)
             raise RunFolderError(f"--out {out}: cannot write {lock} ({e.strerror}); free space or give --out "
                                  "another directory") from None
-        return RunLock(lock, replaced)
+        return RunLock(lock, replaced, me)
     raise RunFolderError(f"--out {out}: could not take the lock {lock}; another run keeps replacing it")
 COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 

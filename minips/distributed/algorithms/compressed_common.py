@@ -58,7 +58,8 @@ def validate_compressor(options) -> None:
     try:
         make_compressor(options.compressor, **compressor_kwargs(options))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
 
 
 def build_compressor(options, rank: int, d: int):
@@ -74,7 +75,8 @@ def build_compressor(options, rank: int, d: int):
     try:
         c.compress(np.zeros(d, np.float32), 0)
     except ValueError as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
     return c
 
 
