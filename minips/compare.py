@@ -162,13 +162,32 @@ def _mib(v):
 
 def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -> list[dict]:
     """Train each algorithm with ``base_cfg`` (same seed, data, model); returns
-    the summaries. ``target``: see :func:`markdown_table`."""
+    the summaries. ``target``: see :func:`markdown_table`.
+
+    Every entry is checked before the first run, as far as a run checks itself
+    before training (:meth:`minips.train.Trainer.preflight`: e.g. a topology
+    that does not fit the number of ranks, a compressor larger than the
+    model, a staleness above the run's steps), so a bad last entry does not
+    cost the runs before it. ``compare.md`` and ``compare.json`` are rewritten
+    after each run with the runs finished so far (and the ones still to run),
+    so a later run that fails, or a job that is killed, keeps the report of
+    what finished.
+
+    Raises:
+        ConfigError: an entry that a run would refuse, naming the entry.
+    """
+    from .config import ConfigError
     from .distributed.comm import get_comm
     from .train import Trainer
 
     out = Path(out)
     check_algos(base_cfg, algos, out)
     comm = get_comm(base_cfg.network, base_cfg.progress)
+    for entry in algos:  # collective: every rank builds every entry once, nothing is written
+        try:
+            Trainer(_run_config(base_cfg, entry, out), comm).preflight()
+        except ValueError as e:
+            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
     if comm.rank == 0 and base_cfg.overwrite:
         from .rundir import clear_run_files
         clear_run_files(out)
@@ -177,21 +196,54 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -
         cfg = _run_config(base_cfg, entry, out)
         if comm.rank == 0 and not cfg.quiet:
             print(f"\n=== {entry['label']} ===", flush=True)
-        summaries.append(Trainer(cfg, comm).run())
+        try:
+            summaries.append(Trainer(cfg, comm).run())
+        except BaseException as e:
+            if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
+                _write_report(out, summaries, algos, target, failed=(entry["label"], e))
+            raise
+        if comm.rank == 0 and len(summaries) < len(algos):
+            _write_report(out, summaries, algos, target)
     if comm.rank == 0:
         from .plots import plot_runs
-        table = markdown_table(summaries, target)
-        first = summaries[0]
-        header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
-                  f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
-                  f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
-                  f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
-                  f"progress: {first['progress']}\n\n")
-        atomic_write(out / COMPARE_MD, header + table + "\n")
-        write_json(out / COMPARE_JSON, summaries)
+        text = _write_report(out, summaries, algos, target)
         plot_runs([run_folder(out, e["label"]) for e in algos], out)
-        print("\n" + header + table, flush=True)
+        print("\n" + text, flush=True)
     return summaries
+
+
+def _write_report(out: Path, summaries: list[dict], algos: list[dict], target, failed=None) -> str:
+    """Write ``compare.md`` (header, table, and while runs are missing which
+    ones and why) and ``compare.json`` for the runs finished so far; returns
+    the markdown."""
+    first = summaries[0]
+    header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
+              f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
+              f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
+              f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, "
+              f"progress: {first['progress']}\n\n")
+    shared = [s for s in summaries if s.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        header += (f"**Ranks shared cores** (oversubscribed: {o['ranks_on_node']} ranks on {o['cores']} core(s) of "
+                   f"a node, in {len(shared)} of {len(summaries)} run(s)): they took turns, so every timing below "
+                   "(images/s, step and phase ms, overlap, wall s) measures the sharing as much as the method; "
+                   "run with at most as many ranks as cores per node to compare speeds.\n\n")
+    text = header + markdown_table(summaries, target)
+    done = {s["label"] for s in summaries}
+    missing = [e["label"] for e in algos if e["label"] not in done]
+    if missing:
+        text += f"\n\n**Incomplete**: {len(summaries)} of {len(algos)} runs finished."
+        if failed is not None:
+            label, error = failed
+            why = str(error).splitlines()[0] if str(error).strip() else ""
+            text += f" {label} failed ({type(error).__name__}{': ' + why if why else ''})."
+        rest = [m for m in missing if failed is None or m != failed[0]]
+        if rest:
+            text += f" Not run{' yet' if failed is None else ''}: {', '.join(rest)}."
+    atomic_write(out / COMPARE_MD, text + "\n")
+    write_json(out / COMPARE_JSON, summaries)
+    return text
 
 
 @subcommand("compare", help="run several algorithms on the same setup; table + figures")

@@ -136,3 +136,248 @@ def test_a_compressor_option_of_the_wrong_type_is_one_line(spec, message, tmp_pa
     assert main([*MLP, "--epochs", "1", "--algo", spec, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert message in err and "not supported between" not in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- messages that arrive once -------------------------------------------------------------------------
+
+
+@pytest.mark.mpi
+def test_an_error_before_mpi_starts_prints_once(tmp_path):
+    """A bad value (every rank's options are the same) and a misspelt flag under
+    mpiexec -n 2: one message for the job, not one per rank, with the status of
+    a one-process run."""
+    for args, message in ((["--epochs", "0"], "error: --epochs must be >= 1, got 0"),
+                          (["--epoch", "1"], "error: unrecognized arguments: --epoch 1")):
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", "--model", "mlp",
+                            "--out", str(tmp_path / "x"), *args], capture_output=True, text=True,
+                           timeout=TIMEOUT, env=subprocess_env(), cwd=ROOT)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.count(message) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "[minips rank" not in r.stderr and "BAD TERMINATION" not in r.stdout  # rank 0 spoke for the job
+
+
+@pytest.mark.mpi
+def test_an_error_on_both_ranks_is_one_line(tmp_path):
+    """Both ranks refuse the option once MPI is up: the job ends with the message
+    (one line per rank that got to print it, nothing else: MPICH's own abort line
+    is silenced once the message has been read)."""
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", "--model", "mlp",
+                        "--epochs", "1", "--quiet", "--partition", "dirichlet:nan", "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert 1 <= len(lines) <= 2 and all("ALPHA must be a number > 0" in ln for ln in lines), r.stderr[-2000:]
+
+
+def test_the_message_is_read_before_the_abort(monkeypatch):
+    """Comm.abort waits until the reader of stderr (mpiexec's proxy) has taken the
+    message before it calls MPI_Abort: the proxy would otherwise handle the
+    abort, kill every rank and end with the message still in the pipe (a
+    failed job with no output). Here the reader comes 0.5 s late."""
+    import os
+    import threading
+    import time
+
+    from minips.distributed import comm as mcomm
+    r, w = os.pipe()
+    got, at_abort = [], []
+
+    class FakeMPI:
+        @staticmethod
+        def Abort(code):
+            at_abort.append(list(got))  # what the reader had taken when the abort started
+            raise SystemExit(code)
+
+    c = mcomm.Comm.__new__(mcomm.Comm)
+    c.rank, c.size, c.mpi = 1, 2, FakeMPI
+    monkeypatch.setattr(sys, "stderr", os.fdopen(w, "w"))
+    monkeypatch.setattr(mcomm, "_silence_stderr", lambda: None)
+
+    def reader():
+        time.sleep(0.5)  # a launcher scheduled late
+        got.append(os.read(r, 1 << 16))
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        with pytest.raises(SystemExit):
+            c.abort("error: the message")
+    finally:
+        t.join()
+        sys.stderr.close()
+        os.close(r)
+    assert at_abort == [[b"[minips rank 1] error: the message\n"]]
+
+
+@pytest.mark.mpi
+def test_ctrl_c_on_one_rank_during_its_imports_ends_with_one_line(tmp_path):
+    """SIGINT to rank 1 while it imports Numba (before MPI starts): no traceback,
+    no launcher banner ("BAD TERMINATION", "Segmentation fault"), one line, and
+    the job ends (status 130). The interrupt is held back until the imports are
+    done, then the rank starts MPI and ends every rank."""
+    import os
+    import signal
+    import time
+
+    from .test_hangs import _has_loaded, _must_end, _rank_pids
+    out = str(tmp_path / "early")
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", "--model", "mlp",
+                             "--epochs", "50", "--quiet", "--out", out], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=ROOT)
+    t0 = time.time()
+    with _must_end(proc, "SIGINT to one rank during its imports"):
+        pids = {}
+        # the event: rank 1 is importing Numba (llvmlite's library is being loaded)
+        while len(pids) < 2 or not _has_loaded(pids[1], "libllvmlite"):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.time() - t0 < 60, "the ranks never started"
+            pids = _rank_pids(proc.pid, out)
+            time.sleep(0.005)
+        os.kill(pids[1], signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    lines = [ln for ln in (stdout + stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 130, (proc.returncode, stdout, stderr)
+    assert len(lines) == 1 and lines[0].startswith("[minips rank 1] interrupted (SIGINT)"), (stdout, stderr)
+    assert "ending every rank" in lines[0]
+    assert not (Path(out) / rundir.LOCK).exists()
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_ctrl_c_while_starting_one_process_is_one_line(late, monkeypatch, capsys):
+    """Without MPI: a SIGINT held back during the imports, or one during the
+    option checks, ends with one line and status 130, not a traceback."""
+    import minips
+    from minips import cli
+    from minips.distributed import comm as mcomm
+    monkeypatch.setattr(mcomm, "_world", None)  # as in a fresh process: MPI not started
+    if late:
+        def interrupted(args):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(cli, "config_from_args", interrupted)
+    else:
+        monkeypatch.setattr(minips, "_STARTUP_SIGINT", [2])
+    assert main([*MLP, "--epochs", "1", "--out", "unused"]) == 130
+    err = capsys.readouterr().err
+    assert err == "interrupted (SIGINT) while starting; nothing ran\n"
+    assert minips._STARTUP_SIGINT == []
+
+
+# --- compare: every entry checked first; what finished is reported --------------------------------------
+
+CMP = ["compare", "--model", "mlp", "--epochs", "1", "--quiet", "--max-steps", "2", "--batch-size", "500"]
+
+
+def test_compare_checks_every_entry_before_the_first_run(tmp_path, capsys):
+    """A later entry that a run would refuse only once built (a compressor larger
+    than the model) is refused before the first run trains."""
+    out = tmp_path / "cmp"
+    assert main([*CMP, "--algos", "sync,topk-sgd:k=99999999", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--algos entry 'topk-sgd:k=99999999': compressor=topk: topk: k=99999999 exceeds the vector's size" \
+        in err, err
+    assert not (out / "sync").exists() and not list(out.rglob("*.csv"))  # sync did not run
+
+
+@pytest.mark.mpi
+def test_compare_checks_that_each_topology_fits_the_ranks(tmp_path):
+    """The issue's case: a topology that does not fit P (a random geometric graph
+    with a tiny radius is not connected on 2 ranks) is refused before sync runs."""
+    out = tmp_path / "cmp"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", *CMP, "--out", str(out),
+                        "--algos", "sync,d-psgd:topology=random-geometric:radius=0.01"],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 2 or r.returncode == 1, r.stderr[-2000:]
+    assert "--algos entry 'd-psgd:topology=random-geometric:radius=0.01'" in r.stderr, r.stderr[-2000:]
+    assert "is not connected" in r.stderr
+    assert not (out / "sync").exists()
+
+
+def test_compare_reports_what_finished_when_a_later_run_fails(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cmp"
+    step = Trainer._train_step
+
+    def fail_in_the_second_run(self, *a, **kw):
+        if self.cfg.label == "pseudo-sync" and self.global_step == 1:
+            raise FloatingPointError("loss is nan at step 1 (rank 0); training diverged")
+        return step(self, *a, **kw)
+    monkeypatch.setattr(Trainer, "_train_step", fail_in_the_second_run)
+    assert main([*CMP, "--algos", "sync,pseudo-sync,local-sgd", "--out", str(out)]) == 2
+    assert "training diverged" in capsys.readouterr().err
+    md = (out / rundir.COMPARE_MD).read_text()
+    assert "| sync |" in md and "| pseudo-sync" not in md
+    assert ("**Incomplete**: 1 of 3 runs finished. pseudo-sync failed (FloatingPointError: loss is nan at step 1 "
+            "(rank 0); training diverged). Not run: local-sgd.") in md
+    assert [s["label"] for s in json.loads((out / rundir.COMPARE_JSON).read_text())] == ["sync"]
+
+
+@pytest.mark.mpi
+def test_compare_md_says_when_ranks_shared_cores(tmp_path):
+    """Two ranks confined to one core (the affinity mpiexec's ranks inherit):
+    summary.json records it and compare.md says the times are not comparable."""
+    import os
+    cpu = min(os.sched_getaffinity(0))
+    out = tmp_path / "cmp"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", *CMP, "--algos", "sync",
+                        "--out", str(out)], capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(),
+                       cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((out / "sync" / rundir.SUMMARY).read_text())
+    assert s["oversubscribed"] == {"ranks_on_node": 2, "cores": 1}
+    md = (out / rundir.COMPARE_MD).read_text()
+    assert "**Ranks shared cores** (oversubscribed: 2 ranks on 1 core(s) of a node, in 1 of 1 run(s))" in md
+
+
+def test_a_study_report_says_when_ranks_shared_cores(tmp_path, monkeypatch):
+    """The runs' own record of sharing cores reaches the study's tables, also
+    when the machine writing the report has cores enough."""
+    from minips.bench import study
+
+    from .test_bench_study import write
+    monkeypatch.setattr(study, "cores_on_node", lambda: 64)
+    grid = study.load_grid(write(tmp_path))
+    shared = {"ranks_on_node": 2, "cores": 1}
+    recs = [{"P": 2, "lr": "base", "label": "sync", "seed": s, "status": "ok", "metric": 0.8,
+             "oversubscribed": shared if s == 0 else None, "threads_per_rank": 1} for s in (0, 1)]
+    md = study.markdown_report(grid, recs)
+    assert ("**Ranks shared cores** in 1 of 2 finished runs (P = 2; e.g. 2 ranks on 1 core(s) of a node)" in md)
+    assert study._oversubscribed(recs) == [2]
+    assert "Ranks shared cores" not in study.markdown_report(grid, [{**r, "oversubscribed": None} for r in recs])
+
+
+# --- bench train writes into a named folder ---------------------------------------------------------------
+
+def test_bench_train_writes_into_its_out_folder_not_the_current_one(tmp_path, monkeypatch):
+    from minips.bench import train as btrain
+    from minips.cli import build_parser
+    args = build_parser().parse_args(["bench", "train"])
+    assert btrain.json_path(args) == Path("runs/bench-train/bench-train.json")
+    args = build_parser().parse_args(["bench", "train", "--out", str(tmp_path / "b")])
+    assert btrain.json_path(args) == tmp_path / "b" / "bench-train.json"
+    args = build_parser().parse_args(["bench", "train", "--json", str(tmp_path / "x.json")])
+    assert btrain.json_path(args) == tmp_path / "x.json"
+
+
+# --- the tutorials' "not done" message --------------------------------------------------------------------
+
+def test_the_not_done_message_says_how_to_go_on_inside_a_notebook(monkeypatch):
+    """In a running kernel the message gives the line to run, and setting the
+    variable there, then running the cell again, uses the reference answer."""
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    import _common
+
+    def placeholder(x):
+        raise NotImplementedError
+    monkeypatch.setattr(_common, "IN_NOTEBOOK", True)
+    monkeypatch.setenv("MINIPS_TUTORIAL_SOLUTIONS", "0")
+    with pytest.raises(_common.ExerciseNotDone) as e:
+        _common.exercise("1.2", placeholder)
+    msg = str(e.value)
+    assert ('run `import os; os.environ["MINIPS_TUTORIAL_SOLUTIONS"] = "1"` (or `%env '
+            'MINIPS_TUTORIAL_SOLUTIONS=1`) in a cell of this notebook, then run this cell again') in msg
+    monkeypatch.setenv("MINIPS_TUTORIAL_SOLUTIONS", "1")  # what that line does, in the same kernel
+    answer = _common.exercise("1.2", placeholder)
+    assert answer is not placeholder and callable(answer)
+    monkeypatch.setattr(_common, "IN_NOTEBOOK", False)
+    monkeypatch.setenv("MINIPS_TUTORIAL_SOLUTIONS", "0")
+    with pytest.raises(_common.ExerciseNotDone) as e:
+        _common.exercise("1.2", placeholder)
+    assert "run the step as `MINIPS_TUTORIAL_SOLUTIONS=1 python " in str(e.value)
