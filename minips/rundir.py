@@ -32,7 +32,7 @@ import numpy as np
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
            "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "release_lock_of",
-           "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
+           "check_unlocked", "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
@@ -94,6 +94,38 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _stale(other: dict | None, host: str) -> bool:
+    """Whether a lock's contents name a process of this host that no longer runs."""
+    return bool(other) and other.get("host") == host and isinstance(other.get("pid"), int) \
+        and not _pid_alive(other["pid"])
+
+
+def _in_use(out, lock: Path, other: dict | None, host: str) -> str:
+    if other is None:
+        who = "another run (its lock file is being written or unreadable)"
+    else:
+        who = f"another run: process {other.get('pid')} on host {other.get('host')}, started {other.get('started')}"
+    gone = "" if other and other.get("host") == host else " (if that run is gone, delete the lock file)"
+    return f"--out {out} is in use by {who}; lock file {lock}. Give this run another --out, or wait until that " \
+           f"one ends{gone}"
+
+
+def check_unlocked(out) -> None:
+    """Refuse a folder that another run holds (a lock that is not stale), with
+    the message of :func:`take_lock`; checked first by a run, so that a busy
+    folder is reported as busy, not as one that holds a run's files. Only
+    reads: the lock is taken later (:func:`take_lock`).
+
+    Raises:
+        RunFolderError: naming the other run and the lock file.
+    """
+    lock, host = Path(out) / LOCK, socket.gethostname()
+    if lock.exists():
+        other = _read_lock(lock)
+        if not _stale(other, host):
+            raise RunFolderError(_in_use(out, lock, other, host))
+
+
 def take_lock(out) -> RunLock:
     """Create the run folder ``out`` (parents too) and take its lock: the file
     ``out/run.lock`` holding this process's pid and host, created exclusively
@@ -121,19 +153,11 @@ def take_lock(out) -> RunLock:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             other = _read_lock(lock)
-            if other and other.get("host") == host and isinstance(other.get("pid"), int) \
-                    and not _pid_alive(other["pid"]):
+            if _stale(other, host):
                 lock.unlink(missing_ok=True)  # stale: its process is gone
                 replaced = other
                 continue
-            if other is None:
-                who = "another run (its lock file is being written or unreadable)"
-            else:
-                who = (f"another run: process {other.get('pid')} on host {other.get('host')}, "
-                       f"started {other.get('started')}")
-            gone = "" if other and other.get("host") == host else " (if that run is gone, delete the lock file)"
-            raise RunFolderError(f"--out {out} is in use by {who}; lock file {lock}. Give this run another --out, "
-                                 f"or wait until that one ends{gone}") from None
+            raise RunFolderError(_in_use(out, lock, other, host)) from None
         except OSError as e:
             raise RunFolderError(f"--out {out} is not writable ({e.strerror}); give --out a directory you can "
                                  "write, or fix its permissions") from None

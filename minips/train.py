@@ -182,6 +182,7 @@ class Trainer:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
         out = self.preflight()
+        comm.barrier()  # every rank passed its checks (one that failed never comes): only now is --out touched
         # Rank 0 creates the run folder and takes its lock (which also shows the
         # folder is writable) before any training: the outcome is broadcast so
         # every rank stops with the same message.
@@ -216,7 +217,8 @@ class Trainer:
     def preflight(self) -> Path:
         """Every check that can refuse the run, before anything in ``--out`` is
         touched (so ``--overwrite`` never deletes a run that is then refused):
-        the output folder, the options (:meth:`build`), the checkpoint of
+        the output folder (not another run's, no earlier run's files unless
+        ``--overwrite``), the options (:meth:`build`), the checkpoint of
         ``--resume`` (loaded here) and the staleness against the run's steps.
         Collective. Returns the output folder.
 
@@ -225,6 +227,7 @@ class Trainer:
         """
         cfg = self.cfg
         out = check_out_dir(cfg.out)  # on every rank, before any work
+        rundir.check_unlocked(out)  # a folder another run is writing: say so (it holds that run's files too)
         rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
         self.build()
         self.global_step = 0

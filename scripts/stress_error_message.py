@@ -136,7 +136,7 @@ def main(argv=None) -> int:
             sp.kill()
             sp.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    how = (f"; launcher at nice 19" if args.starve_launcher else "") + \
+    how = ("; launcher at nice 19" if args.starve_launcher else "") + \
         (f"; {args.spinners} busy-loop process(es)" if args.spinners else "")
     print(f"{len(missing)} of {args.runs} runs without the message (case {args.case}: {' '.join(extra)}{how}; "
           f"exit statuses {dict(sorted(statuses.items(), key=str))}); {time.time() - t0:.0f} s, load average "
