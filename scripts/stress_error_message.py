@@ -5,7 +5,7 @@ status 1 and empty stdout and stderr).
     python scripts/stress_error_message.py                 # 200 runs, --partition dirichlet:nan
     python scripts/stress_error_message.py --case resume   # a resume with a changed topk ratio
     python scripts/stress_error_message.py --runs 50 --json stress.json
-    python scripts/stress_error_message.py --runs 50 --starve-launcher --spinners 3   # provoke the race
+    python scripts/stress_error_message.py --case abort --runs 50 --starve-launcher --spinners 3  # provoke it
 
 Each run is ``mpiexec -n 2 python -m minips train ...`` with an option every
 rank refuses once MPI is up (both ranks fail at about the same instant, so
@@ -31,11 +31,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: case -> (extra train flags, text the error message must contain)
+#: case -> (extra train flags, text the error message must contain); "abort" runs ABORT_PROGRAM instead
 CASES = {
     "partition": (["--partition", "dirichlet:nan"], "ALPHA must be a number > 0"),
     "resume": (["--algo", "topk-sgd:ratio=0.02"], "was written by a different run configuration"),
+    "abort": ([], "error: every rank aborts"),
 }
+#: the race in its barest form: every rank calls Comm.abort as soon as MPI is up
+ABORT_PROGRAM = "from minips.distributed.comm import get_comm; get_comm().abort('error: every rank aborts')"
 
 
 def _env() -> dict:
@@ -73,9 +76,12 @@ def _starve_launcher(proc: subprocess.Popen, n: int, deadline: float) -> None:
         time.sleep(0.01)
 
 
-def _train(mpiexec: str, out: Path, extra: list[str], n: int = 2, timeout: float = 300, starve: bool = False):
+def _train(mpiexec: str, out: Path, extra: list[str], n: int = 2, timeout: float = 300, starve: bool = False,
+           program: str | None = None):
     cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "minips", "train", "--model", "mlp", "--epochs", "1",
            "--batch-size", "2000", "--quiet", "--out", str(out), *extra]
+    if program is not None:
+        cmd = [mpiexec, "-n", str(n), sys.executable, "-c", program]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
     if starve:
         _starve_launcher(proc, n, time.time() + timeout)
@@ -93,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=200, help="launches (default 200)")
     ap.add_argument("--case", choices=list(CASES), default="partition",
                     help="partition: --partition dirichlet:nan (default); resume: --resume of a topk-sgd "
-                         "checkpoint with another ratio")
+                         "checkpoint with another ratio; abort: every rank calls Comm.abort once MPI is up")
     ap.add_argument("--starve-launcher", action="store_true",
                     help="lower mpiexec's and its proxy's CPU priority to nice 19 once the ranks run (the race "
                          "shows when the launcher is scheduled late: use with --spinners on a small machine)")
@@ -121,7 +127,8 @@ def main(argv=None) -> int:
         t0 = time.time()
         missing, statuses = [], {}
         for i in range(args.runs):
-            r = _train(mpiexec, tmp / f"run{i}", extra, starve=args.starve_launcher)
+            r = _train(mpiexec, tmp / f"run{i}", extra, starve=args.starve_launcher,
+                       program=ABORT_PROGRAM if args.case == "abort" else None)
             statuses[r.returncode] = statuses.get(r.returncode, 0) + 1
             if expected not in r.stdout + r.stderr:
                 missing.append({"run": i, "status": r.returncode, "stdout": r.stdout, "stderr": r.stderr})
@@ -138,7 +145,8 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     how = ("; launcher at nice 19" if args.starve_launcher else "") + \
         (f"; {args.spinners} busy-loop process(es)" if args.spinners else "")
-    print(f"{len(missing)} of {args.runs} runs without the message (case {args.case}: {' '.join(extra)}{how}; "
+    what = f"python -c \"{ABORT_PROGRAM}\"" if args.case == "abort" else "train " + " ".join(extra)
+    print(f"{len(missing)} of {args.runs} runs without the message (case {args.case}: {what}{how}; "
           f"exit statuses {dict(sorted(statuses.items(), key=str))}); {time.time() - t0:.0f} s, load average "
           f"{load_before[0]:.2f} before, {load_after[0]:.2f} after")
     if args.json:
