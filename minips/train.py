@@ -223,7 +223,8 @@ class Trainer:
         Collective. Returns the output folder.
 
         Raises:
-            ConfigError, FileExistsError, CheckpointError: naming the fix.
+            ConfigError, RunFolderError (another run holds the folder),
+            FileExistsError, CheckpointError: naming the fix.
         """
         cfg = self.cfg
         out = check_out_dir(cfg.out)  # on every rank, before any work
@@ -474,7 +475,7 @@ class Trainer:
         self.last_eval = row
         self.history = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
         if self.comm.rank == 0:  # the row is on disk as soon as the epoch ends (a later crash keeps it)
-            self._write_metrics(self.out)
+            self._write_metrics(getattr(self, "out", None) or Path(self.cfg.out))
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
             self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
