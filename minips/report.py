@@ -32,6 +32,8 @@ UNITS = {
     "warmup_steps": "steps left out of the timing means",
     "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
                      "figures against wall time start after them",
+    "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
+                      "use: the ranks took turns, so the timings are not comparable",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
     "cpu": "rank 0's CPU: model name, vendor family and model numbers, widest vector instruction set, cores",
@@ -103,6 +105,8 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "threads_per_rank": trainer.threads,
         "cpu": cpuinfo.describe(),  # the model name alone does not tell the CPU generation (Zen 3 or 4)
         "load_average_end": _load_average(),
+        # {"ranks_on_node", "cores"} when more ranks than cores ran on a node (timings not comparable), else None
+        "oversubscribed": getattr(trainer, "oversubscribed", None),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,

@@ -365,6 +365,7 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
             "family": s.get("family"), "replicated": s.get("replicated"),
             "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
             "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
+            "oversubscribed": s.get("oversubscribed"),
             "time_to_target": time_to_target(s, target, tm),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
 
@@ -575,6 +576,13 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
+    shared = [r for r in records if r.get("status") == "ok" and r.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        lines += [f"**Ranks shared cores** in {len(shared)} of {sum(r.get('status') == 'ok' for r in records)} "
+                  f"finished runs (P = {', '.join(map(str, sorted({r['P'] for r in shared})))}; e.g. "
+                  f"{o['ranks_on_node']} ranks on {o['cores']} core(s) of a node): their ranks took turns, so "
+                  "their times are not comparable; the metrics above do not depend on it.", ""]
     ranks = sorted({r["P"] for r in records})
     labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
     for lr_name, lr_opts in grid.lr.items():
@@ -658,10 +666,13 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
 
 
 def _oversubscribed(records: list[dict]) -> list[int]:
-    """The P whose ranks times threads per rank outnumber this machine's cores."""
+    """The P whose runs shared cores: the run itself saw more ranks than cores
+    on a node (summary.json's ``oversubscribed``), or its ranks times threads
+    per rank outnumber this machine's cores."""
     cores = cores_on_node()
     return sorted({r["P"] for r in records
-                   if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
+                   if r.get("status") == "ok" and (r.get("oversubscribed")
+                                                   or r["P"] * (r.get("threads_per_rank") or 1) > cores)})
 
 
 def _machines(records: list[dict]) -> str:
