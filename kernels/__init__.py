@@ -10,9 +10,12 @@ Kernels know nothing about Tensors or MPI: arrays in, arrays out.
 
 **The reference switch.** ``MINIPS_REFERENCE_KERNELS=1`` in the environment
 (or ``--reference-kernels`` on the command line, which sets it) makes the
-layers, the loss and the gradient predictors call those NumPy twins instead of
-the Numba kernels: edit a function in ``kernels/reference.py`` (say AESP's
-``aesp_step``) and the next run uses your edit. Slower (the convolution's twin
+layers (convolution, pooling, ReLU, LSTM) and the loss call
+those NumPy twins instead of the Numba kernels: edit a function in
+``kernels/reference.py`` (say ``relu_forward``) and the next run uses your
+edit. The gradient predictors of pseudo-sync are not kernels: each rule is
+written once, in its own file under ``minips/distributed/algorithms/``, and
+that code always runs. Slower (the convolution's twin
 several times so), same results to float rounding. The switch is read at every
 call, so a test or a notebook can flip it with ``os.environ`` (on virtual
 ranks each rank reads its own copy of the environment: :mod:`minips.environ`).

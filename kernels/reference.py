@@ -273,45 +273,6 @@ def lstm_backward(dh_out, dh_n, dc_n, x, w_ih, w_hh, h0, c0, h, c, gates, tanh_c
     return dx, dh, dc, dw_ih, dw_hh, db
 
 
-# --- predict.py ------------------------------------------------------------------
-def arrival_sums(G, G_naive, F, c=None):
-    """Twin of :func:`minips.kernels.predict.arrival_sums` (float64 sums)."""
-    G, Gn, F = (np.asarray(v, np.float64) for v in (G, G_naive, F))
-    out = {"FG": F @ G, "FF": F @ F, "GG": G @ G, "err": (F - G) @ (F - G), "naive_err": (Gn - G) @ (Gn - G)}
-    if c is not None:
-        c = np.asarray(c, np.float64)
-        out.update(ac=(G - Gn) @ c, cc=c @ c)
-    return out
-
-
-def aesp_step(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_max):
-    """Twin of :func:`minips.kernels.predict.aesp_step` (state arrays updated in place);
-    also ``AdaptivePredictor(fused=False)``'s path."""
-    c = h * (w_now - w_then)                      # step 2: correction, with the curvature before G
-    F = G + np.float32(lam) * c
-    dG, dw = G - G_prev, w_then - w_prev          # step 1: fold G into the curvature
-    Sgw[...] = rho * Sgw + (1 - rho) * dG * dw
-    Sww[...] = rho * Sww + (1 - rho) * dw * dw
-    h[...] = np.clip(Sgw / (Sww + eps), 0, h_max)
-    G_prev[...] = G
-    w_prev[...] = w_then
-    return F.astype(np.float32), c.astype(np.float32)
-
-
-def local_step(G, g_new, g_old, lam_new, lam_old, c_old=None):
-    """Twin of :func:`minips.kernels.predict.local_step` (``c_old`` overwritten
-    in place); also the ``fused=False`` path of ``local`` and ``adaptive-local``."""
-    c = g_new - g_old                             # the local change g_t - g_{t-k}
-    a, b = np.float32(lam_new), np.float32(lam_old)
-    d = (G + a * c) if a == b else (G + (a * g_new - b * g_old))
-    if c_old is None:
-        return d
-    G64, c64 = G.astype(np.float64), c.astype(np.float64)
-    q, cc, r = float(G64 @ c64), float(c64 @ c64), float(G64 @ c_old.astype(np.float64))
-    c_old[...] = c
-    return d, q, cc, r
-
-
 # --- compressors (twins of minips.kernels.compress) ---------------------------------
 def qsgd_quantize(v, s, bucket, u):
     """QSGD stochastic rounding per bucket: (norms float32, codes int16)."""

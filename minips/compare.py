@@ -5,10 +5,18 @@ Run it under ``mpiexec -n P`` like ``train``. Algorithms are given as spec
 strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
 ``sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:adaptive:2`` (the
 positional short form ``pseudo-sync:PREDICTOR:K`` still works).
+With ``--seeds 0,1,2`` every algorithm runs once per seed (seeds outermost),
+into ``OUT/<label>-seed<s>/``, and compare.md adds the statistics over seeds:
+per algorithm the mean and 95 % t interval of the test metric (and of the
+validation metric with ``--val-fraction``, which then decides), and each
+algorithm against the baseline paired by seed (better / worse / tie; with
+``--within POINTS`` the target met / missed / unresolved), as ``bench study``
+reports them (:mod:`minips.stats`).
+
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
 ``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
-and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
-and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
+``OUT/consensus.png`` when some method's ranks differ, and when the runs counted their
+traffic ``OUT/accuracy-bytes.png`` and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 
@@ -19,8 +27,8 @@ from .cli import add_train_arguments, config_from_args, subcommand
 from .report import time_to_target
 from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
 
-__all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "time_to_target",
-           "traffic_ratio"]
+__all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "seeds_report",
+           "time_to_target", "traffic_ratio"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -46,12 +54,16 @@ def parse_algos(spec: str) -> list[dict]:
     return out
 
 
-def _run_config(base_cfg, entry: dict, out: Path):
-    """The TrainConfig of one ``--algos`` entry."""
-    return dataclasses.replace(base_cfg, **entry, out=str(run_folder(out, entry["label"])), resume=None)
+def _run_config(base_cfg, entry: dict, out: Path, seed: int | None = None):
+    """The TrainConfig of one ``--algos`` entry (and one of several ``--seeds``:
+    its folder is ``<label>-seed<s>``)."""
+    if seed is None:
+        return dataclasses.replace(base_cfg, **entry, out=str(run_folder(out, entry["label"])), resume=None)
+    return dataclasses.replace(base_cfg, **entry, seed=seed, out=str(run_folder(out, f"{entry['label']}-seed{seed}")),
+                               resume=None)
 
 
-def check_algos(base_cfg, algos: list[dict], out) -> None:
+def check_algos(base_cfg, algos: list[dict], out, seeds: list[int] | None = None) -> None:
     """Check every entry (the algorithm spec with the shared flags, and the
     run's options) and the output directory before any training starts, so a
     typo in the last entry does not cost the runs before it.
@@ -66,8 +78,8 @@ def check_algos(base_cfg, algos: list[dict], out) -> None:
     out = check_out_dir(out)
     check_fresh(out, base_cfg.overwrite)  # an older compare's runs and table would be mixed with this one's
     seen = {}
-    for entry in algos:
-        cfg = _run_config(base_cfg, entry, out)
+    for entry, seed in [(e, s) for s in (seeds or [None]) for e in algos]:
+        cfg = _run_config(base_cfg, entry, out, seed)
         if cfg.out in seen:  # both runs would write one folder
             raise ConfigError(f"--algos entries {seen[cfg.out]!r} and {entry['label']!r} are the same run "
                               f"(both would write {cfg.out}); list each algorithm once")
@@ -144,7 +156,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
               + (f" s to {target:g} = wall seconds until the first evaluation at or above {metric} {target:g} "
                  "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
-                 "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")
+                 "(1/P) sum_i ||w_i - mean w||^2 at the end of training (the evaluation after the last step; "
+                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")
               + (f" VIRTUAL: the ranks were threads of one process, so measured times are not cluster times; "
                  f"projected = the algorithm's cost model on {net} at this P from the compute measured per rank"
                  + (" (times to the target use it)" if target is not None else "") + "." if virt else "")]
@@ -171,49 +184,181 @@ def _mib(v):
     return "n/a" if v is None else f"{v / 2**20:.3f}"
 
 
-def run_compare(base_cfg, algos: list[dict], out, target: float | None = None) -> list[dict]:
+def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, seeds: list[int] | None = None,
+                within: float | None = None) -> list[dict]:
     """Train each algorithm with ``base_cfg`` (same seed, data, model); returns
-    the summaries. ``target``: see :func:`markdown_table`."""
+    the summaries. ``target``: see :func:`markdown_table`. ``seeds``: run every
+    algorithm once per seed (None or one seed: ``base_cfg.seed``'s single
+    runs); ``within``: the target gap to the baseline in points, for the
+    statistics over seeds (:func:`seeds_report`).
+
+    Every entry is checked before the first run, as far as a run checks itself
+    before training (:meth:`minips.train.Trainer.preflight`: e.g. a topology
+    that does not fit the number of ranks, a compressor larger than the
+    model, a staleness above the run's steps), so a bad last entry does not
+    cost the runs before it. ``compare.md`` and ``compare.json`` are rewritten
+    after each run with the runs finished so far (and the ones still to run),
+    so a later run that fails, or a job that is killed, keeps the report of
+    what finished.
+
+    Raises:
+        ConfigError: an entry that a run would refuse, naming the entry.
+    """
+    from .config import ConfigError
     from .distributed.comm import get_comm
     from .train import Trainer
 
     out = Path(out)
-    check_algos(base_cfg, algos, out)
+    many = seeds is not None and len(seeds) > 1
+    if seeds is not None and len(seeds) == 1:
+        base_cfg = dataclasses.replace(base_cfg, seed=seeds[0])
+    runs = [(e, s) for s in seeds for e in algos] if many else [(e, None) for e in algos]
+    check_algos(base_cfg, algos, out, seeds if many else None)
     comm = get_comm(base_cfg.network, base_cfg.progress)
+    for entry in algos:  # collective: every rank builds every entry once, nothing is written
+        try:
+            Trainer(_run_config(base_cfg, entry, out), comm).preflight()
+        except ValueError as e:
+            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
     if comm.rank == 0 and base_cfg.overwrite:
         from .rundir import clear_run_files
         clear_run_files(out)
     summaries = []
-    for entry in algos:
-        cfg = _run_config(base_cfg, entry, out)
+    report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
+    for entry, seed in runs:
+        cfg = _run_config(base_cfg, entry, out, seed)
         if comm.rank == 0 and not cfg.quiet:
-            print(f"\n=== {entry['label']} ===", flush=True)
-        summaries.append(Trainer(cfg, comm).run())
+            print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
+        try:
+            summaries.append(Trainer(cfg, comm).run())
+        except BaseException as e:
+            if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
+                _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
+            raise
+        if comm.rank == 0 and len(summaries) < len(runs):
+            _write_report(out, summaries, **report)
     if comm.rank == 0:
         from .plots import plot_runs
-        table = markdown_table(summaries, target)
-        first = summaries[0]
-        header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
-                  f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
-                  f"epoch(s) of {first['epochs_planned']} planned), seed {first['seed']}, "
-                  + (f"VIRTUAL ranks (threads of one process), times projected on {first.get('projected_network')}, "
-                     if first.get("virtual") else
-                     f"network: {'EMULATED ' + first['network'] if first['network_emulated'] else 'real'}, ")
-                  + f"progress: {first['progress']}\n\n")
-        atomic_write(out / COMPARE_MD, header + table + "\n")
-        write_json(out / COMPARE_JSON, summaries)
-        plot_runs([run_folder(out, e["label"]) for e in algos], out)
-        print("\n" + header + table, flush=True)
+        text = _write_report(out, summaries, **report)
+        plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
+        print("\n" + text, flush=True)
     return summaries
+
+
+def _run_name(entry: dict, seed: int | None) -> str:
+    return entry["label"] + (f" (seed {seed})" if seed is not None else "")
+
+
+def _write_report(out: Path, summaries: list[dict], runs: list[tuple], target, seeds: list[int] | None,
+                  within: float | None, failed=None) -> str:
+    """Write ``compare.md`` (header, table or statistics over seeds, and while
+    runs are missing which ones and why) and ``compare.json`` for the runs
+    finished so far; returns the markdown."""
+    first = summaries[0]
+    network = "EMULATED " + first["network"] if first["network_emulated"] else "real"
+    where = (f"VIRTUAL ranks (threads of one process), times projected on {first.get('projected_network')}"
+             if first.get("virtual") else f"network: {network}")
+    header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
+              f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
+              f"epoch(s) of {first['epochs_planned']} planned), "
+              + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {first['seed']}")
+              + f", {where}, progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, "
+              f"load average at the end {first.get('load_average_end')}\n\n")
+    shared = [s for s in summaries if s.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        header += (f"**Ranks shared cores** (oversubscribed: {o['ranks_on_node']} ranks on {o['cores']} core(s) of "
+                   f"a node, in {len(shared)} of {len(summaries)} run(s)): they took turns, so every timing below "
+                   "(images/s, step and phase ms, overlap, wall s) measures the sharing as much as the method; "
+                   "run with at most as many ranks as cores per node to compare speeds.\n\n")
+    if seeds:
+        done_seeds = [s for s in seeds if any(x["seed"] == s for x in summaries)]
+        table = seeds_report(summaries, within) + "\n" + "\n".join(
+            f"## seed {s}\n\n" + markdown_table([x for x in summaries if x["seed"] == s], target) + "\n"
+            for s in done_seeds)
+    else:
+        table = markdown_table(summaries, target)
+    text = header + table
+    missing = [_run_name(e, s) for e, s in runs[len(summaries):]]
+    if missing:
+        text += f"\n\n**Incomplete**: {len(summaries)} of {len(runs)} runs finished."
+        if failed is not None:
+            name, error = failed
+            why = str(error).splitlines()[0] if str(error).strip() else ""
+            text += f" {name} failed ({type(error).__name__}{': ' + why if why else ''})."
+        rest = [m for m in missing if failed is None or m != failed[0]]
+        if rest:
+            text += f" Not run{' yet' if failed is None else ''}: {', '.join(rest)}."
+    atomic_write(out / COMPARE_MD, text + "\n")
+    write_json(out / COMPARE_JSON, summaries)
+    return text
+
+
+def seeds_report(summaries: list[dict], within: float | None = None) -> str:
+    """Statistics over seeds of a ``compare --seeds`` run: per algorithm the
+    mean and 95 % t interval of the test metric (and of ``val_*`` when the
+    runs held out a validation split: it decides, the test metric is
+    reported), and each algorithm against the registry's baseline paired by
+    seed (:func:`minips.stats.compare_with_baseline`); ``within``: a target
+    gap in points (met / missed / unresolved)."""
+    from .distributed.algorithms import BASELINE, resolve
+    from .stats import compare_with_baseline, fmt_diff, fmt_target, points_per_unit, t_interval
+
+    test = "bleu" if any(s.get("bleu") is not None for s in summaries) else "test_accuracy"
+    val = "val_" + ("bleu" if test == "bleu" else "accuracy")
+    metrics = ([val] if any(s.get(val) is not None for s in summaries) else []) + [test]
+    labels = list(dict.fromkeys(s["label"] for s in summaries))
+    by = {(lab, m): {s["seed"]: s.get(m) for s in summaries if s["label"] == lab and s.get(m) is not None}
+          for lab in labels for m in metrics}
+    base = next((lab for lab in labels if resolve(next(s["algo"] for s in summaries if s["label"] == lab)).name
+                 == BASELINE), None)
+    digits = 2 if test == "bleu" else 4
+    lines = ["## over seeds: mean ± 95 % t interval (n - 1 degrees of freedom)", "",
+             "| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for lab in labels:
+        cells = []
+        for m in metrics:
+            vals = list(by[(lab, m)].values())
+            cells.append(t_interval(vals).fmt(digits) if vals else "-")
+        lines.append(f"| {lab} | {len(by[(lab, metrics[-1])])} | " + " | ".join(cells) + " |")
+    if base is None:
+        lines += ["", f"(No {BASELINE} run among the algorithms: no paired comparison.)"]
+        return "\n".join(lines) + "\n"
+    decide = metrics[0]
+    gap = None if within is None else within / points_per_unit(decide)
+    head = ["algorithm"] + [f"{m} minus {base}'s (points)" for m in metrics] + (
+        [f"within {within:g} of {base} ({decide})"] if within is not None else [])
+    lines += ["", f"## against {base}, paired by seed (95 % t interval of the per-seed difference)", "",
+              "**better** / **worse**: the interval lies above / below 0; **tie**: it holds 0."
+              + (f" {decide} decides; {test} is reported." if decide != test else "")
+              + (f" Target met when the interval's lower end is above -{within:g}, missed when its upper end is "
+                 f"below -{within:g}, else unresolved." if within is not None else ""), "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for lab in labels:
+        if lab == base:
+            continue
+        cmp = {m: compare_with_baseline(by[(lab, m)], by[(base, m)], gap if m == decide else None) for m in metrics}
+        row = [lab] + [fmt_diff(cmp[m], points_per_unit(m)) for m in metrics]
+        if within is not None:
+            row.append(fmt_target(cmp[decide]))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
 
 
 @subcommand("compare", help="run several algorithms on the same setup; table + figures")
 def _add_compare_arguments(p):
-    from .distributed.algorithms import DEFAULT_ALGOS
+    from .distributed.algorithms import BASELINE, DEFAULT_ALGOS
     add_train_arguments(p)
     p.add_argument("--algos", required=True,
                    help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
                         f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
+    p.add_argument("--seeds", metavar="S,S,...",
+                   help="run every algorithm once per seed (e.g. 0,1,2,3,4) and add the statistics over seeds to "
+                        f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
+                        "(better / worse / tie); overrides --seed")
+    p.add_argument("--within", type=float, metavar="POINTS",
+                   help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
+                        "BLEU points), reported as met / missed / unresolved")
     p.add_argument("--target-accuracy", type=float, metavar="ACC",
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
@@ -236,9 +381,23 @@ def _cmd_compare(args) -> int:
     if target is not None and target > 1 and cfg.model != "captioner":  # accuracy is a fraction, BLEU 0..100
         raise ConfigError(f"--target-accuracy {target:g}: test accuracy is a fraction in (0, 1] "
                           f"(did you mean {target / 100:g}?); only the captioner's BLEU goes up to 100")
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--seeds {args.seeds}: give comma-separated integers, e.g. --seeds 0,1,2") from None
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ConfigError(f"--seeds {args.seeds}: give distinct non-negative integers, e.g. --seeds 0,1,2")
+    if args.within is not None and not args.within > 0:
+        raise ConfigError(f"--within {args.within}: give the largest acceptable gap to the baseline in points, "
+                          "> 0 (e.g. 0.5 for half a point of accuracy)")
+    if args.within is not None and (seeds is None or len(seeds) < 2):
+        raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
+                          "interval over seeds)")
     algos = parse_algos(args.algos)
     if cfg.virtual_ranks:
         from .cli import run_virtual
-        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target))
-    run_compare(cfg, algos, cfg.out, target)
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
     return 0

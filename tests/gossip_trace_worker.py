@@ -6,7 +6,9 @@ Trains the MLP of tests/mpi_worker.py on its synthetic data with one algorithm
 gradient computed (``grads``), the weights after (``after``), the algorithm's
 numerator ``x`` before/after when it has one (push-sum), and its per-step log
 (``logs``, JSON). Options: algo, steps, batch, lr, momentum (default 0, so the
-tests can check the update rule in NumPy).
+tests can check the update rule in NumPy). With a numerator, also the gradient
+recomputed at ``x / omega`` (``grads_at_z``) and at ``x`` (``grads_at_x``) on
+the same batch by a separate copy of the model that the algorithm never touches.
 """
 import json
 import sys
@@ -31,14 +33,31 @@ def main(opts, out):
     x, y = synthetic()
     loader = BatchLoader(x, y, opts.get("batch", 8), DistributedSampler(len(x), comm.rank, comm.size, seed=3))
     algo.start()
-    rec = {k: [] for k in ("before", "grads", "after", "x_before", "x_after")}
+    rec = {k: [] for k in ("before", "grads", "after", "x_before", "x_after", "grads_at_z", "grads_at_x")}
     logs, step = [], 0
     has_x = hasattr(algo, "x") and algo.x is not None
+    if has_x:  # an independent copy of the model: its own parameters and gradients, no FlatParams
+        mp.random.seed(0)
+        twin = MLP(20, (16,), 4)
+        twin_params = list(twin.parameters())
+
+        def twin_grad(w, batch):
+            """The flat gradient of the batch's loss at the flat weights w (the algorithm's layout)."""
+            for i, p in enumerate(twin_params):
+                p.data[...] = algo.flat._view(w, i)
+                p.grad = None
+            twin.loss(batch).backward()
+            g = np.zeros_like(algo.flat.weights)
+            for i, p in enumerate(twin_params):
+                algo.flat._view(g, i)[...] = p.grad
+            return g
     while step < opts["steps"]:
         for batch in loader:
             rec["before"].append(algo.flat.weights.copy())
             if has_x:
                 rec["x_before"].append(algo.x.copy())
+                rec["grads_at_z"].append(twin_grad(algo.x.astype(np.float64) / float(algo.omega), batch))
+                rec["grads_at_x"].append(twin_grad(algo.x, batch))  # where a wrong rule would take it
             with algo.compute_point():
                 loss = model.loss(batch)
                 algo.before_backward()

@@ -4,7 +4,7 @@ read-only locks, byte counters and alpha-beta times.
 
 The MPI tests launch ``tests/mpi_primitives_worker.py`` once per P (2, 3, 4),
 which runs every check and writes one JSON file per rank; the expected values
-are computed here, independently of ``comm.py``.
+are computed here, independently of ``minips.distributed.comm``.
 """
 import json
 import math

@@ -111,6 +111,64 @@ def test_powersgd_follows_its_algorithm_1():
     assert len(algo.mats) >= 1 and len(algo.plain) >= 2
 
 
+
+def _powersgd_float64(grads, Q0, ef):
+    """PowerSGD's Algorithm 1 in float64, QR as the orthogonalisation: the
+    approximation P^ Q^T of each step, from the same start Q0."""
+    Q, E, out = Q0.astype(np.float64), 0.0, []
+    for G in grads:
+        M = G.astype(np.float64) + E
+        Ph, _ = np.linalg.qr(M @ Q)
+        Q = M.T @ Ph
+        out.append(Ph @ Q.T)
+        E = M - out[-1] if ef else 0.0
+    return out
+
+
+@pytest.mark.parametrize("r,top,scale", [
+    (2, "span", 1.0), (4, "span", 1.0),  # the r largest singular values from 1 down to 1e-4, a tail below
+    (4, "rank2", 1.0),                   # a gradient of rank 2 (singular values 1 and 1e-4) at rank 4
+    (2, "span", 1e-3)])                  # the same spectrum times 1e-3: sigma^2 below Gram-Schmidt's eps
+@pytest.mark.parametrize("ef", [True, False])
+def test_powersgd_is_accurate_on_ill_conditioned_gradients(r, top, scale, ef):
+    """One 64 x 48 matrix, one rank, SGD lr 1: 12 steps with the same gradient
+    U diag(s) V^T (float32) against the float64 transcription of Algorithm 1.
+    Without re-orthogonalising the warm-started Q (PyTorch's hook does it every
+    step), Q = M^T P^ carries the singular values, so M Q's columns differ by
+    (sigma_1 / sigma_r)^2 = 1e8 and float32 Gram-Schmidt loses the small ones
+    (relative error 0.4-1 within a few steps), and a column of norm sigma^2
+    below eps = 1e-8 is not normalised. A gradient of rank < r leaves columns
+    of P that are pure rounding, which one Gram-Schmidt pass does not make
+    orthogonal; a second pass does ("twice is enough")."""
+    import minips as mp
+    from minips.distributed.algorithms import make_algorithm
+    from minips.distributed.comm import Comm
+    from minips.optim import SGD
+    n, m = 64, 48
+    rng = np.random.default_rng(7)
+    U, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    V, _ = np.linalg.qr(rng.standard_normal((m, m)))
+    s = np.zeros(m)
+    if top == "span":
+        s[:r] = np.geomspace(1.0, 1e-4, r)
+        s[r:] = np.geomspace(1e-5, 1e-6, m - r)
+    else:
+        s[:2] = (1.0, 1e-4)
+    G = (scale * (U[:, :m] * s) @ V.T).astype(np.float32)
+    p = mp.nn.Parameter(np.zeros((n, m), np.float32))
+    algo = make_algorithm("powersgd", [p], SGD([p], lr=1.0, momentum=0.0), Comm(), rank=r, error_feedback=ef)
+    algo.start()
+    want = _powersgd_float64([G] * 12, algo.Q[0], ef)
+    errors = []
+    for t in range(12):
+        w0 = p.data.copy()
+        algo.before_backward()
+        algo.flat.grads[0][...] = G.ravel()
+        algo.step()
+        got = (w0 - p.data).astype(np.float64)
+        errors.append(np.linalg.norm(got - want[t]) / np.linalg.norm(want[t]))
+    assert max(errors) < 1e-4, [f"{e:.2g}" for e in errors]
+
 def _trace(d):
     with open(d / "trace.csv") as f:
         return list(csv.DictReader(f))
@@ -191,11 +249,36 @@ def test_checkpoint_and_resume_are_bitwise(spec, tmp_path):
     ("gs-sgd:ratio=0", "ratio must be in (0, 1]"),
     ("gaussian-avg:reading=other", "option reading must be one of projection, kernel"),
     ("gaussian-avg:kernel:sigma=0", "sigma must be > 0"),
+    ("topk-sgd:compressor=randomk:scale=true", "error feedback's memory grows without bound"),
+    ("qsgd:compressor=randomk:error-feedback=true", "use scale=false with error feedback, or error-feedback=false"),
 ])
 def test_bad_options_say_what_to_write(text, message):
     with pytest.raises(ValueError) as e:
         resolve(text)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_scaled_random_k_diverges_with_error_feedback_and_is_refused_only_there():
+    """Why the pair is refused: with scale=true the residual v - C(v) is
+    (1 - d/k) v_j at the kept entries, so the memory grows geometrically
+    (d = 400, k = 4: from gradients of norm ~20 to > 1e10 in 100 steps);
+    unscaled rand-k is a contraction and its memory stays near the gradients'
+    size. Scaled random-k without error feedback, and unscaled with it, run."""
+    from minips.distributed.compression import ErrorFeedback, make_compressor
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal(400).astype(np.float32) for _ in range(100)]
+    norms = {}
+    for scale in (True, False):
+        c, ef = make_compressor("randomk", k=4, scale=scale), ErrorFeedback(400)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for t, g in enumerate(grads):
+                ef.compress(c, g, t)
+        norms[scale] = float(np.linalg.norm(ef.m))
+    assert not norms[True] < 1e10 and norms[False] < 20 * 100  # at most the sum of the gradients' norms
+    for ok in ("topk-sgd:compressor=randomk", "topk-sgd:compressor=randomk:scale=true:error-feedback=false",
+               "qsgd:compressor=randomk", "topk-sgd:compressor=randomk:scale=false:error-feedback=true"):
+        resolve(ok)
+        launch_free_build(ok)
 
 
 def test_k_larger_than_the_model_fails_at_build():

@@ -24,8 +24,6 @@ import pytest
 
 from minips.distributed.algorithms import resolve
 from minips.distributed.algorithms.local_predictors import AdaptiveLocalPredictor, LocalPredictor
-from minips.kernels import predict as kpredict
-from minips.kernels import reference as kref
 
 from .conftest import ROOT, subprocess_env
 from .local_sgd_checks import stop_resume_is_bitwise
@@ -178,23 +176,38 @@ def test_constant_lambda_forms_agree_and_local_is_adaptive_local_at_lambda_1():
     assert (lam == 1).all() and np.array_equal(a, b)
 
 
-# --- the kernel and its twin ----------------------------------------------------------
+# --- the code that runs, against the formula written here --------------------------------
 @pytest.mark.parametrize("n", [1, 7, 1000])
 @pytest.mark.parametrize("lams", [(1.0, 1.0), (0.3, 0.3), (0.4, 0.7)])
-def test_fused_local_step_matches_numpy_twin(n, lams, rng):
-    G, gn, go, c = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
-    d = kpredict.local_step(G, gn, go, *lams)
-    np.testing.assert_allclose(d, kref.local_step(G, gn, go, *lams), rtol=1e-6, atol=1e-6)
-    c1, c2 = c.copy(), c.copy()
-    out1, out2 = kpredict.local_step(G, gn, go, *lams, c1), kref.local_step(G, gn, go, *lams, c2)
-    np.testing.assert_allclose(out1[0], out2[0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(out1[1:], out2[1:], rtol=1e-9)
-    assert np.array_equal(c1, c2) and np.array_equal(c1, gn - go)
-    # independent of both: the plain formula and the inner products
-    np.testing.assert_allclose(d, G + np.float32(lams[0]) * gn - np.float32(lams[1]) * go, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(out1[2], float(np.sum((gn.astype(float) - go) ** 2)), rtol=1e-5)
-    with pytest.raises(ValueError, match="g_old must be float32"):
-        kpredict.local_step(G, gn, go.astype(np.float64), 1.0, 1.0)
+def test_adaptive_local_loop_matches_the_formula_in_float64(n, lams, rng):
+    """_adaptive_local_loop against an independent float64 expression of
+    d = G + lam_new g_new - lam_old g_old and the sums <G, c_t>, <c_t, c_t>, <G, c_{t-k}>."""
+    from minips.distributed.algorithms.local_predictors import _adaptive_local_loop
+    G, gn, go, c_old = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
+    c_before = c_old.astype(np.float64)
+    d = np.empty_like(G)
+    q, cc, r = _adaptive_local_loop(G, gn, go, c_old, np.float32(lams[0]), np.float32(lams[1]), d)
+    G64, gn64, go64 = (v.astype(np.float64) for v in (G, gn, go))
+    c64 = gn64 - go64
+    np.testing.assert_allclose(d, G64 + lams[0] * gn64 - lams[1] * go64, rtol=1e-5, atol=1e-5)
+    assert q == pytest.approx(float(G64 @ c64), rel=1e-5, abs=1e-5)
+    assert cc == pytest.approx(float(c64 @ c64), rel=1e-5)
+    assert r == pytest.approx(float(G64 @ c_before), rel=1e-5, abs=1e-5)
+    np.testing.assert_allclose(c_old, c64, rtol=1e-6, atol=1e-6)  # c_t written over c_{t-k}
+
+
+def test_local_direction_is_the_formula(rng):
+    """``local``: d = G_{t-k} + (g_t - g_{t-k}), checked in float64 against the ring's gradients."""
+    p = LocalPredictor(2)
+    gs = [rng.standard_normal(50).astype(np.float32) for _ in range(5)]
+    for t, g in enumerate(gs):
+        p.observe_local(g)
+        if t < 2:
+            np.testing.assert_array_equal(p.fill(), g)  # pipeline fill: g_t itself
+            continue
+        G = rng.standard_normal(50).astype(np.float32)
+        want = G.astype(np.float64) + (g.astype(np.float64) - gs[t - 2].astype(np.float64))
+        np.testing.assert_allclose(p.predict(G, None, None), want, rtol=1e-6, atol=1e-6)
 
 
 # --- options ---------------------------------------------------------------------------

@@ -5,7 +5,8 @@ tolerance: with H = 1 the weights after N steps equal synchronous SGD's, both
 with average-momentum (each rank's momentum buffer is sync's buffer) and
 without it (the buffers differ per rank, but their mean obeys sync's recursion
 V = mu V + mean_i g_i, and the averaged weights only see the mean). With
-P = 1 it is plain SGD, bitwise.
+P = 1 it is plain SGD, bitwise. With H = 3 each form, momentum averaging on
+and off, equals its rule written in NumPy, rank by rank and step by step.
 """
 import numpy as np
 import pytest
@@ -62,3 +63,47 @@ def test_bad_options_say_what_to_write(text, message):
 def test_spec_forms():
     assert resolve("local-sgd:4").options == resolve("local-sgd:period=4").options
     assert resolve("local-sgd").run_label == "local-sgd:period=8" and not resolve("local-sgd").replicated
+
+
+def _local_sgd_by_hand(P, steps, H, average_momentum, lr=0.1, mu=0.9, d=20):
+    """Every rank's weights after every step, (steps + 1, P, d), float64: heavy
+    ball per rank (v = g on the first step, then v = mu v + g; w -= lr v), the
+    weights averaged after every H-th step, and the buffers too with
+    average-momentum."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from given_gradients import gradient, initial
+    w = np.array([initial(d) for _ in range(P)], np.float64)
+    v = np.zeros_like(w)
+    out = [w.copy()]
+    for t in range(steps):
+        g = np.array([gradient(w[i].astype(np.float32), i, t) for i in range(P)], np.float64)
+        v = g if t == 0 else mu * v + g
+        w = w - lr * v
+        if (t + 1) % H == 0:
+            w[:] = w.mean(axis=0)
+            if average_momentum:
+                v[:] = v.mean(axis=0)
+        out.append(w.copy())
+    return np.array(out)
+
+
+@pytest.mark.mpi
+def test_momentum_averaging_on_and_off_follow_their_rules(tmp_path):
+    """3 ranks, H = 3, 10 steps with given gradients (tests/gossip1_worker.py):
+    each run equals its NumPy rule (averaging the buffers or not) to float32
+    rounding, and the two runs differ per rank on the steps after an average,
+    where the averaged buffers act (so swapping or dropping the option fails).
+    Their averages agree: with these gradients (the same Hessian on every
+    rank) the mean of the weights sees only the mean of the buffers."""
+    from .gossip1_checks import TOL, launch as launch_given
+    runs = launch_given(3, [{"spec": "local-sgd:period=3", "steps": 10},
+                            {"spec": "local-sgd:period=3:average-momentum=true", "steps": 10}], tmp_path)
+    for (traj, _, pending, _), avg in zip(runs, (False, True)):
+        np.testing.assert_allclose(traj, _local_sgd_by_hand(3, 10, 3, avg), **TOL, err_msg=f"average-momentum={avg}")
+        assert pending == 0
+    off, on = runs[0][0], runs[1][0]
+    assert np.array_equal(off[:4], on[:4])              # identical until the first average has been used
+    for t in (4, 5, 7, 8):                              # apart per rank between averages
+        assert np.abs(off[t] - on[t]).max() > 1e-2, t

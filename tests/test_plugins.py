@@ -62,14 +62,16 @@ def test_spec_forms_resolve_to_the_same_options():
         resolve("pseudo-sync:staleness=3", defaults={"staleness": 2})
     with pytest.raises(ValueError, match=r"\[predictor_options\] sets rho = 0.5 but the spec says rho=0.9"):
         resolve("pseudo-sync:rho=0.9", defaults={"predictor_options": {"rho": 0.5}})
-    assert resolve("pseudo-sync", defaults={"predictor_options": {"rho": 0.5}}).options.predictor_options == \
-        {"rho": 0.5}
+    assert resolve("pseudo-sync:adaptive", defaults={"predictor_options": {"rho": 0.5}}).options.predictor_options \
+        == {"rho": 0.5}
+    with pytest.raises(ValueError, match="predictor 'local' has no option"):  # the default predictor has none
+        resolve("pseudo-sync", defaults={"predictor_options": {"rho": 0.5}})
     assert resolve("sync", defaults={"staleness": 2}).options_dict() == {}
     # unknown keys go to the predictor, typed like its arguments
     d = resolve("pseudo-sync:predictor=adaptive:rho=0.95:adapt-lambda=false")
     assert d.options.predictor_options == {"rho": 0.95, "adapt_lambda": False}
     assert resolve("overlap-sync:bucket-mb=4@ddp").label == "ddp"
-    assert resolve("pseudo-sync").run_label == "pseudo-sync:adaptive"
+    assert resolve("pseudo-sync").run_label == "pseudo-sync:local"
     assert resolve("pseudo-sync", defaults={"predictor": "last", "staleness": 2}).run_label == "pseudo-sync:last:2"
 
 

@@ -16,7 +16,7 @@ MLP = ["train", "--model", "mlp", "--epochs", "1", "--quiet", "--batch-size", "6
 
 def test_a_second_run_into_a_folder_is_refused_and_overwrite_clears_stale_files(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main([*MLP, "--algo", "pseudo-sync", "--max-steps", "3", "--out", str(out)]) == 0
+    assert main([*MLP, "--algo", "pseudo-sync:adaptive", "--max-steps", "3", "--out", str(out)]) == 0
     assert "lambda" in (out / "trace.csv").read_text().splitlines()[0]
     (out / "notes.txt").write_text("mine")
     capsys.readouterr()
@@ -59,7 +59,7 @@ def test_overwrite_removes_every_figure_compare_draws(tmp_path):
     from minips.rundir import clear_run_files
     out = tmp_path / "cmp"
     out.mkdir()
-    figs = ["accuracy.png", "breakdown.png", "trace.png", "traffic.png", "accuracy-bytes.png",
+    figs = ["accuracy.png", "breakdown.png", "trace.png", "consensus.png", "traffic.png", "accuracy-bytes.png",
             "accuracy-traffic.png"]
     for f in [*figs, "compare.md", "notes.txt"]:
         (out / f).write_text("x")

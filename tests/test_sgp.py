@@ -8,7 +8,9 @@ irregular random-geometric graph where omega really varies; the total weight
 ``sum_i omega_i`` stays P after every step and ``sum_i x_i`` moves only by
 the gradient steps; the weights the gradient is taken at are x / omega; the
 default graph on 4 ranks is the one-peer exponential one (offsets 1, 2, ...,
-omega stays 1); with the complete graph every rank holds the average after
+omega stays 1); the gradient each rank recorded equals the one an untouched
+copy of the model computes at x / omega on the same batch (and, where omega
+varies, differs from the one at x); with the complete graph every rank holds the average after
 each step and the run equals synchronous SGD (momentum 0.9); P = 1 is plain
 SGD; a resume on 3 ranks with omega != 1 is bitwise, and the evaluation is
 of the de-biased models' average.
@@ -53,6 +55,11 @@ def _check_push_sum(run, P, top, varies):
         omega = got
     assert (np.ptp(omega) > 1e-3) == varies
     assert int(run["pending"]) == 0
+    # the gradient the step used is the one at z = x / omega, recomputed by an untouched copy of the model
+    np.testing.assert_allclose(g, run["grads_at_z"], rtol=1e-4, atol=1e-6)
+    if varies:  # and there it differs from the gradient at the numerator x, so the check can fail
+        off = np.abs(run["grads_at_x"] - run["grads_at_z"]).max(axis=-1)
+        assert off[:, 1:].max() > 1e-2, off
 
 
 @pytest.mark.mpi

@@ -33,6 +33,14 @@ def test_train_writes_metrics_and_summary(tmp_path):
         assert key in s, key
     assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
     assert s["test_accuracy"] > 0.7
+    # the machine the times were taken on: the CPU as /proc/cpuinfo names it, and the load
+    fields = dict(line.split(":", 1) for line in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines()
+                  if ":" in line) if sys.platform == "linux" else {}
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    if "cpu family" in fields:
+        assert f"family {fields['cpu family']} model {fields['model']}" in s["cpu"]
+        assert s["cpu"].startswith(fields["model name"])
+    assert len(s["load_average_end"]) == 3 and "cpu" in s["units"]
     trace = list(csv.DictReader(open(out / "trace.csv")))
     assert len(trace) == s["steps"] and "wait_s" in trace[0]  # phase columns in seconds
 
@@ -47,7 +55,7 @@ def test_config_file_and_flag_override(tmp_path):
     assert s["lr"] == 0.02 and s["batch_size_per_rank"] == 500 and s["steps"] == 20
     assert s["predictor_options"] is None  # sync has no predictor
     # a predictor's options, defaults included, are recorded with the run
-    cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync"\nquiet = true\n'
+    cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync:adaptive"\nquiet = true\n'
                    '[predictor_options]\nrho = 0.5\n')
     r = run_cli(["train", "--config", str(cfg), "--staleness", "2", "--out", str(out), "--overwrite"])
     assert r.returncode == 0, r.stderr
@@ -131,7 +139,7 @@ def test_mpi_resume_equality_and_world_size_check(tmp_path):
     def mpirun(n, args):
         return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "minips", "train", *args],
                               capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
-    common = [*MLP, "--epochs", "1", "--batch-size", "128", "--check-replicas", "5"]
+    common = [*MLP, "--epochs", "1", "--batch-size", "128", "--check-replicas", "5", "--algo", "pseudo-sync:adaptive"]
     full, part = tmp_path / "full", tmp_path / "part"
     r = mpirun(2, [*common, "--checkpoint-every", "1000", "--out", str(full)])
     assert r.returncode == 0, r.stderr

@@ -8,6 +8,9 @@
   (MPI exercises under ``mpiexec -n 2``, through tests/tutorial_check_worker.py).
 - ``test_check_rejects_wrong_answer``: each check raises AssertionError on a
   plausible wrong answer (tests/tutorial_wrong_answers.py).
+- ``test_check_accepts_right_answers_written_differently``: each check accepts
+  right answers that differ from the reference solution
+  (tests/tutorial_right_answers.py); the MPI exercises' under mpiexec.
 - ``test_placeholder_stops_with_a_message``: without solutions, an unsolved
   exercise stops the step with a message that says what to do.
 - ``test_tutorials_are_notebooks``: each step is a jupytext percent file with
@@ -33,6 +36,7 @@ sys.path.insert(0, str(TUT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import checks  # noqa: E402  (tutorials/checks.py)
+import tutorial_right_answers as right  # noqa: E402
 import tutorial_wrong_answers as wrong  # noqa: E402
 
 #: step file -> number of MPI processes it runs on
@@ -107,6 +111,19 @@ def test_solution_passes_check(exercise_id):
     ex.check(_solution(ex))
 
 
+def test_every_exercise_has_another_right_answer():
+    assert sorted(right.RIGHT) == sorted(checks.EXERCISES)
+
+
+@pytest.mark.parametrize("exercise_id", SERIAL)
+def test_check_accepts_right_answers_written_differently(exercise_id):
+    """A check must not demand one way of being right (another order of
+    operations, NumPy idiom, container or scalar type)."""
+    ex = checks.EXERCISES[exercise_id]
+    for good in right.RIGHT[exercise_id]():
+        ex.check(good)
+
+
 @pytest.mark.parametrize("exercise_id", SERIAL)
 def test_check_rejects_wrong_answer(exercise_id):
     ex = checks.EXERCISES[exercise_id]
@@ -122,6 +139,7 @@ def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert out.count("solution: passed") == 2 and out.count("wrong answers: rejected") == 2, out[-4000:]
+    assert out.count("other right answers: accepted") == 2, out[-4000:]
 
 
 def test_placeholder_stops_with_a_message(tmp_path):
@@ -175,3 +193,37 @@ def test_a_step_can_be_run_again():
             assert "--overwrite" in words or "--resume" in words, \
                 f"tutorials/{step}.py line {line}: add --overwrite (a second run of the step would fail)"
     assert found >= 5  # steps 8, 10, 11, 12 and 13 write runs through the CLI
+
+
+def test_simulated_job_runs_the_same_answer_and_reports_mismatched_collectives():
+    """The checks' simulated job (tutorials/checks.py): every rank runs the answer,
+    allreduce sums what each rank passed (so dividing first is right), and ranks
+    that call different collectives fail with a message at once, not a hang."""
+    import time
+
+    import numpy as np
+
+    def divide_first(comm, x):
+        y = x / comm.size
+        comm.allreduce(y)
+        return y
+    xs = [np.full(3, r + 1.0, np.float32) for r in range(4)]
+    outs = checks._SimulatedJob(4).run(divide_first, [(x,) for x in xs])
+    assert all(np.allclose(o, 2.5) for o in outs)
+
+    def only_rank0(comm, x):
+        if comm.rank == 0:
+            comm.allreduce(x)
+        return x
+
+    def other_collective(comm, x):
+        return comm.allgather(x) if comm.rank else comm.allreduce(x)
+
+    def other_shape(comm, x):
+        comm.allreduce(x[:2].copy() if comm.rank else x.copy())
+    for bad, words in ((only_rank0, "returned after 0 collective(s)"), (other_collective, "same collectives"),
+                       (other_shape, "same shape")):
+        t0 = time.monotonic()
+        with pytest.raises(AssertionError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            checks._SimulatedJob(3).run(bad, [(x.copy(),) for x in xs[:3]])
+        assert time.monotonic() - t0 < 5, bad.__name__

@@ -24,7 +24,7 @@ from minips.distributed.comm import get_comm, virtual
 from minips.distributed.comm.virtual import VirtualMPIError, binomial, recursive_doubling
 
 from . import virtual_checks
-from .conftest import ROOT, run_cli, subprocess_env
+from .conftest import ROOT, cli_on_ranks, run_cli, subprocess_env
 
 WORKER = str(Path(__file__).with_name("virtual_mpi_worker.py"))
 
@@ -239,10 +239,11 @@ def test_every_numba_kernel_releases_the_gil():
     import importlib
 
     from numba.core.registry import CPUDispatcher
-    names = ("conv", "pool", "elementwise", "loss", "lstm", "predict", "compress")
+    names = [f"minips.kernels.{k}" for k in ("conv", "pool", "elementwise", "loss", "lstm", "compress")]
+    names += [f"minips.distributed.algorithms.{a}" for a in ("predictor_base", "local_predictors", "aesp")]
     found = 0
     for name in names:
-        mod = importlib.import_module(f"minips.kernels.{name}")
+        mod = importlib.import_module(name)
         for obj in vars(mod).values():
             if isinstance(obj, CPUDispatcher) and obj.__module__ == mod.__name__:
                 found += 1
@@ -277,6 +278,50 @@ def test_a_rank_error_in_a_virtual_run_is_one_line_naming_the_rank(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[minips rank")]
     assert len(lines) == 1 and "error: unknown data set 'nope'" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_rank_that_fails_its_checks_ends_the_job_before_out_is_touched(tmp_path, monkeypatch):
+    """The checks before --out is touched (Trainer.preflight) on virtual ranks:
+    only rank 2 fails them; the others, waiting in the barrier before the
+    folder is created, end; the folder is never created; one line names rank 2."""
+    from minips.config import ConfigError
+    from minips.train import Trainer
+    check = Trainer.preflight
+
+    def rank_2_refuses(self):
+        out = check(self)
+        if self.comm.rank == 2:
+            raise ConfigError("rank 2 refuses on purpose")
+        return out
+    monkeypatch.setattr(Trainer, "preflight", rank_2_refuses)
+    out = tmp_path / "run"
+    r = cli_on_ranks(4, ["train", "--model", "mlp", "--epochs", "1", "--quiet", "--out", out])
+    assert r.returncode == 1, r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("[minips rank")] == \
+        ["[minips rank 2] error: rank 2 refuses on purpose"]
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and no_rank_threads_left()
+
+
+def test_a_failing_rank_other_than_0_leaves_no_lock(tmp_path, monkeypatch):
+    """As tests/test_edges.py's MPI test: rank 1 fails in its third step; the
+    run had started (metrics.csv exists), its lock is gone, one line names rank 1."""
+    from minips import rundir
+    from minips.train import Trainer
+    step = Trainer._train_step
+
+    def step_then_fail(self, *a, **kw):
+        if self.comm.rank == 1 and self.global_step == 3:
+            raise ValueError("rank 1 fails on purpose at step 3")
+        return step(self, *a, **kw)
+    monkeypatch.setattr(Trainer, "_train_step", step_then_fail)
+    out = tmp_path / "run"
+    r = cli_on_ranks(2, ["train", "--model", "mlp", "--epochs", "5", "--quiet", "--out", out])
+    assert r.returncode == 1, r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("[minips rank")] == \
+        ["[minips rank 1] error: rank 1 fails on purpose at step 3"]
+    assert (out / rundir.METRICS).exists() and not (out / rundir.LOCK).exists()
+    assert no_rank_threads_left()
 
 
 # --- stop, checkpoint and resume ---------------------------------------------------------------

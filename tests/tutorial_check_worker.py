@@ -1,7 +1,8 @@
 """Run one MPI exercise's check on its reference solution and on wrong answers.
 
 ``mpiexec -n 2 python tests/tutorial_check_worker.py EXERCISE_ID``; every rank
-prints ``solution: passed`` and ``wrong answers: rejected`` (or what went wrong).
+prints ``solution: passed``, ``wrong answers: rejected`` and ``other right
+answers: accepted`` (tests/tutorial_right_answers.py), or what went wrong.
 """
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ sys.path.insert(0, str(HERE))
 def main(exercise_id):
     import _common
     import checks
+    import tutorial_right_answers as right
     import tutorial_wrong_answers as wrong
 
     comm = _common.mpi_setup()
@@ -29,6 +31,14 @@ def main(exercise_id):
             raise SystemExit(f"rank {comm.rank}: wrong answer {i} was ACCEPTED by the check of {exercise_id}")
         comm.barrier()
     print(f"rank {comm.rank}: wrong answers: rejected", flush=True)
+    for i, good in enumerate(right.RIGHT[exercise_id]()):
+        try:
+            ex.check(good, comm=comm)
+        except AssertionError as e:
+            raise SystemExit(f"rank {comm.rank}: right answer {i} ({good.__name__}) was REJECTED by the check of "
+                             f"{exercise_id}: {e}") from None
+        comm.barrier()
+    print(f"rank {comm.rank}: other right answers: accepted", flush=True)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def _w11():
 
 def _w12():
     return [lambda x0: 2 * np.asarray(x0), lambda x0: np.full_like(np.asarray(x0), 3.0),
-            lambda x0: 2 * np.asarray(x0) * 3]
+            lambda x0: 2 * np.asarray(x0) * 3,
+            lambda x0: [2 * v + 3 for v in x0]]          # right values in a list, not a NumPy array
 
 
 def _w21():
@@ -132,7 +133,17 @@ def _w41():
         out = x.copy()
         comm.allreduce(out)
         return out / 2
-    return [the_sum, in_place, two_ranks]
+
+    def float64_mean(comm, x):              # right values, but float64: the step's gradients are float32
+        out = x.copy()
+        comm.allreduce(out)
+        return out.astype(np.float64) / comm.size
+
+    def rank0_divides(comm, x):             # only rank 0 divides before the sum: right on one rank only
+        y = x / comm.size if comm.rank == 0 else x.copy()
+        comm.allreduce(y)
+        return y
+    return [the_sum, in_place, two_ranks, float64_mean, rank0_divides]
 
 
 def _w42():
@@ -170,7 +181,13 @@ def _w51():
         comm.allreduce(grad)
         grad *= np.float32(0.5)
         optimizer.apply(0, weights, grad)
-    return [no_mean, local_only, two_ranks]
+
+    def twice(comm, grad, weights, optimizer):       # divides before AND after the sum
+        grad /= comm.size
+        comm.allreduce(grad)
+        grad /= comm.size
+        optimizer.apply(0, weights, grad)
+    return [no_mean, local_only, two_ranks, twice]
 
 
 def _w52():
@@ -292,7 +309,17 @@ def _w81():
                 self.S *= (1 - self.alpha)
                 self.S += self.alpha * G
             return self.S
-    return [Swapped, Aliased]
+
+    class Float64(Predictor):                  # right values, but float64 (the optimizer's buffers are float32)
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            G = G.astype(np.float64)
+            self.S = G if self.S is None else self.alpha * G + (1 - self.alpha) * self.S
+            return self.S.copy()
+    return [Swapped, Aliased, Float64]
 
 
 def _w82():
@@ -361,7 +388,11 @@ def _w91():
     def pads_with_eos(text, length):
         ids = [VOCAB.BOS] + [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()]
         return np.array(ids + [VOCAB.EOS] * (length - len(ids)), np.int64)
-    return [no_bos, pads_with_eos]
+
+    def a_list(text, length):                  # right ids in a list, not the int64 array asked for
+        ids = [VOCAB.BOS] + [VOCAB.index.get(w, VOCAB.UNK) for w in text.split()] + [VOCAB.EOS]
+        return ids + [VOCAB.PAD] * (length - len(ids))
+    return [no_bos, pads_with_eos, a_list]
 
 
 def _w92():
@@ -398,7 +429,16 @@ def _w111():
     def in_place(W):                           # right values, but overwrites the caller's array
         W[...] = W.mean(axis=0)
         return W
-    return [only_the_mean, sums, two_ranks, wrong_axis, in_place]
+
+    def read_only_view(W):                     # right values, a read-only view: the next cell's W[i] -= fails
+        W = np.asarray(W)
+        return np.broadcast_to(W.mean(axis=0), W.shape)
+
+    def shared_rows(W):                        # right values, writable, but every row is the same memory
+        W = np.asarray(W)
+        m = W.mean(axis=0)
+        return np.lib.stride_tricks.as_strided(m, shape=W.shape, strides=(0, m.strides[0]), writeable=True)
+    return [only_the_mean, sums, two_ranks, wrong_axis, in_place, read_only_view, shared_rows]
 
 
 def _w112():
@@ -427,7 +467,21 @@ def _w112():
             out.append((t1 * 2**s, max(1, round(k)), 1.0))
             k *= 2.0 if data == "iid" else math.sqrt(2.0)
         return out
-    return [both_double, rounds_each_stage, fixed_length, lr_constant]
+
+    def float_steps(t1, k1, n, data="iid"):    # right values, but lengths and periods as floats (200.0 steps)
+        out, k = [], float(k1)
+        for s in range(n):
+            out.append((t1 * 2.0**s, float(max(1, round(k))), 0.5**s))
+            k *= 2.0 if data == "iid" else math.sqrt(2.0)
+        return out
+
+    def iid_by_default_wrong(t1, k1, n, data="non-iid"):   # the default changed to non-iid
+        out, k = [], float(k1)
+        for s in range(n):
+            out.append((t1 * 2**s, max(1, round(k)), 0.5**s))
+            k *= 2.0 if data == "iid" else math.sqrt(2.0)
+        return out
+    return [both_double, rounds_each_stage, fixed_length, lr_constant, float_steps, iid_by_default_wrong]
 
 
 def _w121():
@@ -493,7 +547,18 @@ def _w121():
 
     def complete(P):                           # everyone with everyone
         return np.full((P, P), 1 / P)
-    return [path_metropolis, path_row_normalised, one_way_wrap, no_self_weight, self_weight_one, lopsided,
+
+    def list_of_lists(P):                      # right values as a list of lists: the next cell's W.sum fails
+        S = ring(P)
+        W = np.full((2, 2), 0.5) if P == 2 else (np.eye(P) + S + S.T) / 3
+        return W.tolist()
+
+    def float32(P):                            # right pattern in float32 (asked: float64): 1/3 is off by 1e-8
+        S = ring(P)
+        W = np.full((2, 2), 0.5) if P == 2 else (np.eye(P) + S + S.T) / 3
+        return W.astype(np.float32)
+    return [list_of_lists, float32, path_metropolis, path_row_normalised, one_way_wrap, no_self_weight,
+            self_weight_one, lopsided,
             directed_ring, assigned_twice, degree_two_at_p2, added_twice, complete]
 
 
@@ -575,7 +640,12 @@ def _w122():
         nx, nw = push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i] / (k + 1))
         x[...], w[...] = nx, nw
         return x, w
-    return [weight_not_split, weight_not_split_summed, divide_before_sum, returns_estimate, keeps_whole,
+
+    def lists(x, w, nbrs):                     # right values as lists: the step's x / w[:, None] fails
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        nx, nw = push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i] / (k + 1))
+        return nx.tolist(), nw.tolist()
+    return [lists, weight_not_split, weight_not_split_summed, divide_before_sum, returns_estimate, keeps_whole,
             sends_whole, forgets_own_share, by_in_degree, pulls, in_place]
 def _w131():
     def no_error_added(g, e, compress):        # compresses g alone: the memory is never sent
@@ -631,7 +701,13 @@ def _w131():
     def no_memory(g, e, compress):             # forgets the error: plain compressed SGD
         e[...] = 0
         return compress(g)
-    return [no_error_added, accumulates_but_never_sends, stores_compressed_part, sign_error, rebinds_e,
+
+    def a_list(g, e, compress):                # right values, but a list, not the (d,) array compress gave
+        v = g + e
+        sent = compress(v)
+        e[...] = v - sent
+        return list(sent)
+    return [a_list, no_error_added, accumulates_but_never_sends, stores_compressed_part, sign_error, rebinds_e,
             residual_of_g, sends_everything, compresses_twice, modifies_g, no_memory]
 
 

@@ -79,7 +79,7 @@ say("allgather of small Python objects:", everyone)
 # also checks the buffer (contiguous float32) and returns the seconds it took.
 
 # %%
-from mpi4py import MPI  # noqa: E402  (only comm.py does this inside minips)
+from mpi4py import MPI  # noqa: E402  (only minips/distributed/comm/mpi.py does this inside minips)
 
 buf = np.full(4, comm.rank + 1, dtype=np.float32)
 print(f"rank {comm.rank} before: {buf}", flush=True)
@@ -130,8 +130,10 @@ if comm.rank == 0:
 # ## Exercise 4.1: the average over ranks
 #
 # Write `allreduce_mean(comm, x)`: return the elementwise **mean** over all ranks of each
-# rank's float32 array `x`, as a new array (leave `x` unchanged: `comm.allreduce` works in
-# place, so give it a copy). `comm.size` is the number of ranks.
+# rank's float32 array `x`, as a new float32 array (leave `x` unchanged: `comm.allreduce`
+# works in place, so give it a copy). `comm.size` is the number of ranks. The check runs
+# it on the ranks of this job and on jobs of 3 and 5 ranks simulated in one process, each
+# simulated rank running your function.
 
 # %%
 def allreduce_mean(comm, x):

@@ -180,7 +180,8 @@ comm.barrier()
 # (float32, the buffer `loss.backward()` filled), `weights` the flat weights.
 # Average the gradient over ranks in place and apply the update with
 # `optimizer.apply(0, weights, direction)`. The check trains a few steps with your step and
-# with `SyncSGD` and compares the weights on every rank.
+# with `SyncSGD` and compares the weights on every rank, then runs two steps on jobs of 3
+# and 4 ranks simulated in one process (each simulated rank running your function).
 
 # %%
 def sync_step(comm, grad, weights, optimizer):

@@ -69,9 +69,11 @@ say(inspect.getsource(Algorithm.average_model))
 # ## 2. Exercise 11.1: the averaging step
 #
 # Write the averaging on P simulated ranks held in one array: `W` has shape `(P, d)`,
-# row i is rank i's weights. Return a new `(P, d)` array in which **every** row is the
-# mean of the rows of `W` (what `allreduce` + divide by P leaves on every rank). Do not
-# modify `W`, and do not assume a particular P.
+# row i is rank i's weights. Return a new `(P, d)` float64 array in which **every** row is
+# the mean of the rows of `W` (what `allreduce` + divide by P leaves on every rank). Do not
+# modify `W`, and do not assume a particular P. The simulation below keeps stepping each
+# row in place, so the rows must be writable and each its own (not a read-only or
+# stride-0 view such as `np.broadcast_to`'s).
 
 # %%
 def average_models(W):

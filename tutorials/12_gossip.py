@@ -97,10 +97,11 @@ for name in ("ring", "complete", "exponential"):
 #
 # ## 2. Exercise 12.1: the ring's mixing matrix
 #
-# Write `ring_mixing_matrix(P)`: the (P, P) float64 Metropolis-Hastings W of the ring in
-# which rank i is linked with `i - 1` and `i + 1` (mod P). For P >= 3 every rank has two
-# neighbours, so every nonzero weight is 1/3. **Careful with P = 2**: there `i - 1` and
-# `i + 1` are the same rank, so the ring has one edge and each rank one neighbour.
+# Write `ring_mixing_matrix(P)`: the Metropolis-Hastings W of the ring, a (P, P) float64
+# NumPy array, in which rank i is linked with `i - 1` and `i + 1` (mod P). For P >= 3 every
+# rank has two neighbours, so every nonzero weight is 1/3. **Careful with P = 2**: there
+# `i - 1` and `i + 1` are the same rank, so the ring has one edge and each rank one
+# neighbour. The check tries every P this step uses (2 to 64).
 
 # %%
 def ring_mixing_matrix(P):

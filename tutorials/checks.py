@@ -103,7 +103,8 @@ def check_softplus(Softplus):
         f"d softplus/da at a = {_plain(a[~np.isfinite(t.grad)])} is {_plain(t.grad[~np.isfinite(t.grad)])}: "
         "e^a / (1 + e^a) overflows for large a (inf / inf = nan). Hint: write the sigmoid as 1 / (1 + e^-a), "
         "or 0.5 * tanh(a / 2) + 0.5, which stay finite.")
-    _close(t.grad, want, "d softplus/da at large |a|", rtol=1e-9, atol=1e-300,
+    # atol 1e-12: a right answer may round sigmoid(-40) = 4e-18 to 0 (0.5 * tanh(a / 2) + 0.5 does)
+    _close(t.grad, want, "d softplus/da at large |a|", rtol=1e-9, atol=1e-12,
            hint="Hint: the derivative tends to 1 for large a and to 0 for very negative a.")
 
 
@@ -114,6 +115,7 @@ def check_predicted_grad(predicted_grad):
     for seed in range(3):
         x0 = np.random.default_rng(seed).standard_normal(4)
         got = predicted_grad(x0.copy())
+        _array(got, f"predicted_grad(x0) for x0 of shape {x0.shape}", x0.shape, kind="f")
         x = mp.tensor(x0, requires_grad=True)
         (x * x).sum().backward()
         (3 * x).sum().backward()
@@ -141,6 +143,8 @@ def check_conv2d_im2col(conv2d_im2col):
         b = rng.standard_normal(ws[0])
         want = ref.conv2d_forward(x, w, b, stride, pad)
         got = conv2d_im2col(x, w, b, stride, pad)
+        _array(got, f"conv2d_im2col of x {xs}, w {ws}", want.shape, kind="f",
+               hint="y has shape (N, K, P, Q).")
         _close(got, want, f"conv2d of x {xs}, w {ws}, stride {stride}, padding {pad}", rtol=1e-9, atol=1e-9,
                hint="Hint: y2 = w.reshape(K, -1) @ cols has shape (K, N*P*Q); reshape it to (K, N, P, Q), "
                     "move the N axis first, and add the bias per channel.")
@@ -153,6 +157,8 @@ def check_convnet_num_parameters(convnet_num_parameters):
     for args in [(1, (28, 28), 10, (32, 64), 128), (3, (32, 32), 10, (16, 32), 64),
                  (1, (30, 22), 7, (8, 12), 20)]:
         got = convnet_num_parameters(*args)
+        _number(got, f"convnet_num_parameters{args}", integral=True,
+                hint="A count of parameters is an int (// divides rounding down and stays an int).")
         want = ConvNet(args[0], args[1], args[2], widths=args[3], hidden=args[4]).num_parameters()
         assert got == want, (f"convnet_num_parameters{args} = {_plain(got)}, but ConvNet{args} has {want} parameters. "
                              "Hint: a KxCxRxS convolution has K*C*R*S weights and K biases; each 2x2 pooling "
@@ -171,27 +177,31 @@ def check_accuracy(accuracy):
     from minips import nn
 
     rng = np.random.default_rng(31)
-    x = rng.standard_normal((230, 1, 4, 5)).astype(np.float32)
-    y = rng.integers(0, 3, 230)
     mp.random.seed(3)
     model = nn.Sequential(nn.Flatten(), nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 3))
-    model.train()
-    model.eval()
-    with mp.no_grad():
-        want = float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
-    model.train()
-    got = accuracy(model, x, y, 100)   # 230 = 2 full batches + a short one
-    assert model.training, "the model is still in eval mode after accuracy(): call model.train() at the end"
-    assert got is not None, "accuracy() returned None; return the fraction of correct predictions"
-    got = float(got)
-    if abs(got - want) > 1e-9:
-        hint = ""
-        if 0 <= got <= 1 and abs(got - want) > 0.02:
-            hint = (" Hint: is Dropout still active? Call model.eval() before the forward passes. "
-                    "And are all batches counted, including the last short one?")
-        elif got > 1:
-            hint = " Hint: return a fraction (correct / total), not a count."
-        raise AssertionError(f"accuracy = {_plain(got)}, expected {want}.{hint}")
+    # 230 images in batches of 100 (2 full batches + a short one); 1100 with the default batch size (500, as the
+    # step calls it): 2 full + a short one; 40 with the default: one short batch
+    for n, bs in ((230, 100), (1100, None), (40, None)):
+        x = rng.standard_normal((n, 1, 4, 5)).astype(np.float32)
+        y = rng.integers(0, 3, n)
+        model.eval()
+        with mp.no_grad():
+            want = float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
+        model.train()
+        what = f"accuracy of {n} images" + (f", batch_size={bs}" if bs else " (default batch_size)")
+        got = accuracy(model, x, y, bs) if bs else accuracy(model, x, y)
+        assert model.training, "the model is still in eval mode after accuracy(): call model.train() at the end"
+        assert got is not None, "accuracy() returned None; return the fraction of correct predictions"
+        _number(got, what)
+        got = float(got)
+        if abs(got - want) > 1e-9:
+            hint = ""
+            if 0 <= got <= 1 and abs(got - want) > 0.02:
+                hint = (" Hint: is Dropout still active? Call model.eval() before the forward passes. "
+                        "And are all batches counted, including the last short one?")
+            elif got > 1:
+                hint = " Hint: return a fraction (correct / total), not a count."
+            raise AssertionError(f"{what} = {_plain(got)}, expected {want}.{hint}")
 
 
 @register("3.2", S03, "sgd_momentum", "this is SGD.apply without weight decay and Nesterov.")
@@ -199,24 +209,28 @@ def check_sgd_momentum(sgd_momentum):
     from minips.optim import SGD
 
     rng = np.random.default_rng(32)
-    w0 = rng.standard_normal(6).astype(np.float32)
-    ds = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
 
     class P:  # a bare parameter for the optimizer
         def __init__(self, a):
             self.data, self.grad, self.shape, self.dtype = a, None, a.shape, a.dtype
-    w_ref = w0.copy()
-    opt = SGD([P(w_ref)], lr=0.1, momentum=0.9)
-    w, v = w0.copy(), None
-    for t, d in enumerate(ds):
-        opt.apply(0, w_ref, d)
-        out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), 0.1, 0.9)
-        assert isinstance(out, tuple) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
-        w, v = out
-        _close(w, w_ref, f"w after step {t + 1}", rtol=1e-5, atol=1e-6,
-               hint="Hint: v = mu*v + d (v = d on the first step), then w = w - lr*v." if t else
-               "Hint: on the first step SGD sets v = d, so w = w - lr*d.")
-        _close(v, opt.buffers[0], f"v after step {t + 1}", rtol=1e-5, atol=1e-6)
+    for lr, mu in ((0.1, 0.9), (0.05, 0.5)):
+        w0 = rng.standard_normal(6).astype(np.float32)
+        ds = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
+        w_ref = w0.copy()
+        opt = SGD([P(w_ref)], lr=lr, momentum=mu)
+        w, v = w0.copy(), None
+        for t, d in enumerate(ds):
+            opt.apply(0, w_ref, d)
+            out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), lr, mu)
+            assert isinstance(out, (tuple, list)) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
+            w, v = out
+            what = f"lr {lr}, mu {mu}, step {t + 1}"
+            _array(w, f"w ({what})", (6,), kind="f")
+            _array(v, f"v ({what})", (6,), kind="f")
+            _close(w, w_ref, f"w after step {t + 1} (lr {lr}, mu {mu})", rtol=1e-5, atol=1e-6,
+                   hint="Hint: v = mu*v + d (v = d on the first step), then w = w - lr*v." if t else
+                   "Hint: on the first step SGD sets v = d, so w = w - lr*d.")
+            _close(v, opt.buffers[0], f"v after step {t + 1} (lr {lr}, mu {mu})", rtol=1e-5, atol=1e-6)
 
 
 # =============================================================================
@@ -225,24 +239,180 @@ def check_sgd_momentum(sgd_momentum):
 S04 = "04_mpi_basics"
 
 
+class _Mismatch(AssertionError):
+    """The simulated ranks did not call the same collectives."""
+
+
+class _SimulatedJob:
+    """A job of ``size`` ranks simulated in one process, so a check can run an
+    MPI answer at several P without launching them: :meth:`run` calls the
+    SAME answer on every simulated rank, each in its own thread with its own
+    :class:`_SimulatedComm`, and the collectives meet as real ones do
+    (``allreduce`` sums in place what every rank passed, in rank order, in
+    float32). Any correct order of operations therefore gives the right result
+    here too (divide by ``comm.size`` before or after the sum, allgather and
+    average, ...). Ranks that call different collectives, or a different
+    number of them, fail with a message saying so instead of hanging."""
+
+    def __init__(self, size: int, timeout: float = 20.0):
+        import threading
+
+        self.size, self.timeout = size, timeout
+        self.cond = threading.Condition()
+        self.calls = [0] * size             # collectives entered, per rank
+        self.finished = [False] * size      # the rank's answer has returned (or raised)
+        self.slots = {}                     # call index -> {"kind", "data": {rank: value}, "result"}
+
+    def collective(self, rank: int, kind: str, value, combine):
+        """Rank ``rank``'s next collective: deposit ``value``; when all ranks
+        have, ``combine(list of values in rank order)`` is every rank's result."""
+        import time
+
+        with self.cond:
+            k = self.calls[rank]
+            self.calls[rank] += 1
+            slot = self.slots.setdefault(k, {"kind": kind, "data": {}, "result": None, "done": False, "error": None})
+            if slot["kind"] != kind:   # every rank in this collective gets the error
+                slot["error"] = _Mismatch(f"simulated rank {rank}'s collective number {k + 1} is comm.{kind}, "
+                                          f"another rank's is comm.{slot['kind']}: every rank must call the same "
+                                          "collectives in the same order")
+                slot["done"] = True
+                self.cond.notify_all()
+                raise slot["error"]
+            slot["data"][rank] = value
+            if len(slot["data"]) == self.size:
+                try:
+                    slot["result"] = combine([slot["data"][r] for r in range(self.size)])
+                except _Mismatch as e:   # every rank in this collective gets the error
+                    slot["error"] = e
+                slot["done"] = True
+                self.cond.notify_all()
+            deadline = time.monotonic() + self.timeout
+            while not slot["done"]:
+                quit = [r for r in range(self.size) if self.finished[r] and self.calls[r] <= k]
+                if quit:
+                    raise _Mismatch(f"simulated rank {rank} called comm.{kind} (its collective number {k + 1}), but "
+                                    f"rank {quit[0]} returned after {self.calls[quit[0]]} collective(s): every rank "
+                                    "must make the same calls (a collective waits for all ranks)")
+                if not self.cond.wait(timeout=max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
+                    raise _Mismatch(f"simulated rank {rank} waited {self.timeout:.0f} s in comm.{kind} for the "
+                                    "other ranks")
+            if slot["error"] is not None:
+                raise slot["error"]
+            return slot["result"]
+
+    def run(self, answer, args_per_rank):
+        """``[answer(comm_r, *args_per_rank[r]) for each rank r]``, the ranks
+        running concurrently. Re-raises the first exception (by rank) of the
+        answer; a collective mismatch is reported before other errors it caused."""
+        import threading
+
+        results, errors = [None] * self.size, [None] * self.size
+
+        def one(r):
+            try:
+                results[r] = answer(_SimulatedComm(self, r), *args_per_rank[r])
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[r] = e
+            finally:
+                with self.cond:
+                    self.finished[r] = True
+                    self.cond.notify_all()
+
+        threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for r, t in enumerate(threads):
+            t.join(self.timeout + 5)
+            if t.is_alive():
+                raise AssertionError(f"your answer did not return on simulated rank {r} of {self.size} within "
+                                     f"{self.timeout + 5:.0f} s")
+        mismatch = [e for e in errors if isinstance(e, _Mismatch)]
+        first = mismatch[0] if mismatch else next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return results
+
+
 class _SimulatedComm:
-    """A stand-in for a Comm of ``size`` ranks in one process: ``allreduce(buf)``
-    adds what the other (virtual) ranks hold, in place, like the real one. The
-    checks run answers on it too, so that one that divides by 2 instead of
-    ``comm.size`` fails even when the tests launch 2 ranks."""
+    """Rank ``rank`` of a :class:`_SimulatedJob`: ``size``, ``rank`` and the
+    collectives of minips' Comm that an answer may use (``allreduce`` with the
+    same buffer rules, ``allgather``, ``allreduce_scalar``, ``bcast_obj``,
+    ``barrier``)."""
 
-    def __init__(self, others):
-        self.others = [np.asarray(o) for o in others]
-        self.size, self.rank = len(others) + 1, 0
+    def __init__(self, job: _SimulatedJob, rank: int):
+        self._job, self.size, self.rank = job, job.size, rank
 
-    def allreduce(self, buf, op="sum"):
-        assert op == "sum", f"this check's communicator only sums (got op={op!r})"
-        buf += sum(o.astype(buf.dtype) for o in self.others)
+    def allreduce(self, buf) -> float:
+        if not isinstance(buf, np.ndarray) or buf.dtype != np.float32 or not buf.flags.c_contiguous:
+            raise TypeError("allreduce buffers must be contiguous float32 numpy arrays "
+                            f"(got {type(buf).__name__} {getattr(buf, 'dtype', '')})")
+        if not buf.flags.writeable:
+            raise RuntimeError("allreduce on a read-only buffer")
+
+        def total(bufs):
+            if len({b.shape for b in bufs}) > 1:
+                raise _Mismatch(f"the ranks passed allreduce buffers of shapes {[b.shape for b in bufs]}: they "
+                                "must all have the same shape")
+            out = bufs[0].copy()
+            for b in bufs[1:]:
+                out += b
+            return out
+        buf[...] = self._job.collective(self.rank, "allreduce", buf.copy(), total)
         return 0.0
 
+    def allgather(self, obj) -> list:
+        import pickle
+        everyone = self._job.collective(self.rank, "allgather", pickle.dumps(obj), list)
+        return [pickle.loads(b) for b in everyone]   # each rank gets its own copies, as over MPI
+
+    def allreduce_scalar(self, x, op: str = "sum"):
+        fn = {"sum": sum, "max": max, "min": min}[op]
+        return self._job.collective(self.rank, "allreduce_scalar", x, fn)
+
+    def bcast_obj(self, obj, root: int = 0):
+        import pickle
+        return pickle.loads(self._job.collective(self.rank, "bcast_obj", pickle.dumps(obj), lambda v: v[root]))
+
+    def barrier(self) -> None:
+        self._job.collective(self.rank, "barrier", None, lambda v: None)
+
     def __getattr__(self, name):
-        raise AssertionError(f"your answer called comm.{name}; comm.allreduce (in place, a sum) and comm.size are "
-                             "all it needs")
+        raise AssertionError(f"your answer called comm.{name}; the check's simulated communicator offers size, rank, "
+                             "allreduce (in place, a sum), allgather, allreduce_scalar, bcast_obj and barrier, which "
+                             "are all it needs")
+
+
+def _array(got, what: str, shape, dtype=None, kind: str = "f", writable: bool = False, hint: str = ""):
+    """``got`` must be a NumPy array of ``shape`` and ``dtype`` (or of a dtype
+    of ``kind``: "f" float, "iu" integer), writable when the next cells write
+    into it. Returns it."""
+    hint = f" {hint}" if hint else ""
+    assert isinstance(got, np.ndarray), (
+        f"{what}: got a {type(got).__name__}, expected a NumPy array (np.ndarray).{hint}")
+    assert got.shape == tuple(shape), f"{what}: shape {got.shape}, expected {tuple(shape)}.{hint}"
+    if dtype is not None:
+        assert got.dtype == np.dtype(dtype), (
+            f"{what}: dtype {got.dtype}, expected {np.dtype(dtype)} (e.g. .astype(np.{np.dtype(dtype).name})).{hint}")
+    else:
+        want = "a float" if kind == "f" else "an integer"
+        assert got.dtype.kind in kind, f"{what}: dtype {got.dtype}, expected {want} dtype.{hint}"
+    if writable:
+        assert got.flags.writeable, (
+            f"{what} is a read-only array (e.g. a view made by np.broadcast_to): the next cell writes into it. "
+            f"Return a new array (np.tile, np.repeat, or .copy() of the view).{hint}")
+    return got
+
+
+def _number(got, what: str, integral: bool = False, hint: str = ""):
+    """``got`` must be one real number (a Python or NumPy scalar, or a 0-d
+    array), an integer when ``integral``. Returns it."""
+    hint = f" {hint}" if hint else ""
+    ok = (not isinstance(got, (str, bytes, bool, np.bool_)) and np.ndim(got) == 0
+          and np.asarray(got).dtype.kind in ("iu" if integral else "iuf"))
+    assert ok, (f"{what}: got {_plain(got)!r} ({type(got).__name__}), expected "
+                f"{'an integer' if integral else 'a real number'}.{hint}")
+    return got
 
 
 @register("4.1", S04, "allreduce_mean", "that is the gradient averaging of step 5.", mpi=True)
@@ -256,12 +426,21 @@ def check_allreduce_mean(allreduce_mean, comm):
     assert got is not None, "allreduce_mean returned None; return the mean array"
     assert np.array_equal(x, original), ("allreduce_mean changed its input x; comm.allreduce works in place, "
                                          "so allreduce a copy (x.copy())")
+    _array(got, f"allreduce_mean on rank {comm.rank}", x.shape, np.float32)
     _close(got, want, f"mean over {comm.size} ranks (rank {comm.rank})", rtol=1e-5, atol=1e-6,
            hint="Hint: allreduce gives the SUM; divide by comm.size.")
-    others = [rng.standard_normal(7).astype(np.float32) for _ in range(2)]  # a job of 3 ranks, simulated
-    got = allreduce_mean(_SimulatedComm(others), x.copy())
-    _close(got, (x + others[0] + others[1]) / 3, "mean over 3 ranks (a simulated communicator)", rtol=1e-5,
-           atol=1e-6, hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
+    # the same answer on every rank of simulated jobs of 3 and 5 ranks (in this process)
+    for P in (3, 5):
+        xs = [(rng.standard_normal(7) * (r + 1)).astype(np.float32) for r in range(P)]
+        inputs = [xi.copy() for xi in xs]
+        outs = _SimulatedJob(P).run(allreduce_mean, [(xi,) for xi in inputs])
+        for r in range(P):
+            where = f"on rank {r} of a simulated job of {P} ranks"
+            assert outs[r] is not None, f"allreduce_mean returned None {where}; return the mean array"
+            assert np.array_equal(inputs[r], xs[r]), f"allreduce_mean changed its input x {where}; use a copy"
+            _array(outs[r], f"allreduce_mean {where}", xs[r].shape, np.float32)
+            _close(outs[r], np.mean(np.stack(xs), axis=0), f"the mean {where}", rtol=1e-5, atol=1e-6,
+                   hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
 
 
 class _SpyComm:
@@ -365,14 +544,26 @@ def check_sync_step(sync_step, comm):
                 "optimizer.apply(0, weights, grad).")
     for r, w in enumerate(replicas):
         _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
-    # on a simulated job of 3 ranks: one plain SGD step (lr 0.1, no momentum) with the mean of 3 gradients
+    # the same answer on every rank of simulated jobs of 3 and 4 ranks (in this process): two steps of SGD with
+    # momentum 0.9 from the same weights, each rank its own gradients; replicas must stay identical
     rng = np.random.default_rng(51)
-    g, w0, *others = (rng.standard_normal(6).astype(np.float32) for _ in range(4))
-    w = w0.copy()
-    sync_step(_SimulatedComm(others), g.copy(), w, SGD([mp.nn.Parameter(w.copy())], lr=0.1, momentum=0.0))
-    _close(w, w0 - np.float32(0.1) * (g + others[0] + others[1]) / 3, "weights after one step on 3 ranks "
-           "(a simulated communicator)", rtol=1e-5, atol=1e-6,
-           hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
+    for P in (3, 4):
+        w0 = rng.standard_normal(6).astype(np.float32)
+        grads = [[rng.standard_normal(6).astype(np.float32) for _ in range(P)] for _ in range(2)]
+        ws = [w0.copy() for _ in range(P)]
+        opts = [SGD([mp.nn.Parameter(w0.copy())], lr=0.1, momentum=0.9) for _ in range(P)]
+        ref_w, ref_opt = w0.copy(), SGD([mp.nn.Parameter(w0.copy())], lr=0.1, momentum=0.9)
+        for t in range(2):
+            _SimulatedJob(P).run(sync_step, [(grads[t][r].copy(), ws[r], opts[r]) for r in range(P)])
+            ref_opt.apply(0, ref_w, np.mean(np.stack(grads[t]), axis=0).astype(np.float32))
+            for r in range(P):
+                _close(ws[r], ref_w, f"weights after step {t + 1} on rank {r} of a simulated job of {P} ranks "
+                       "(SGD, lr 0.1, momentum 0.9)", rtol=1e-5, atol=1e-6,
+                       hint="Hint: divide by comm.size, not by a number: the answer must work on any number of "
+                            "ranks.")
+            assert all(np.array_equal(w, ws[0]) for w in ws), (
+                f"after step {t + 1} of a simulated job of {P} ranks the replicas differ: every rank must apply the "
+                "same averaged gradient")
 
 
 @register("5.2", S05, "ring_allreduce_seconds", "this is minips.distributed.costmodel.ring_allreduce_time.")
@@ -383,7 +574,9 @@ def check_ring_allreduce_seconds(ring_allreduce_seconds):
                                    (1e6, 1, 5e-5, 8e-9), (3e7, 1024, 2e-6, 4e-11)]:
         got = ring_allreduce_seconds(nbytes, P, alpha, beta)
         want = ring_allreduce_time(nbytes, P, alpha, beta)
-        assert got is not None and abs(got - want) <= 1e-12 + 1e-9 * want, (
+        assert got is not None, "ring_allreduce_seconds returned None; return the time in seconds"
+        _number(got, f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g})")
+        assert abs(got - want) <= 1e-12 + 1e-9 * want, (
             f"ring_allreduce_seconds({nbytes:g}, P={P}, alpha={alpha:g}, beta={beta:g}) = {_plain(got)}, expected "
             f"{want:.6g}. Hint: 2(P-1) latencies and 2(P-1)/P * n bytes per rank (reduce-scatter + allgather); "
             "0 for P = 1.")
@@ -411,6 +604,10 @@ def check_bucket_plan(bucket_plan):
         want = [list(b.param_ids) for b in FlatParams(params, 1, mb).buckets]
         got = bucket_plan(list(sizes), mb)
         assert got is not None, "bucket_plan returned None"
+        for b in got:
+            for i in b:
+                _number(i, f"bucket_plan({sizes}, {mb}): an entry of bucket {_plain(b)}", integral=True,
+                        hint="Each bucket lists parameter indices (ints).")
         got = [list(map(int, b)) for b in got]
         assert got == want, (f"bucket_plan({sizes}, {mb}) = {got}, expected {want}. Hint: walk the parameters "
                              "from the LAST to the first; close a bucket as soon as its bytes reach "
@@ -464,6 +661,7 @@ def check_stale_sgd(stale_sgd):
         got = stale_sgd(grad_fn, w0.copy() if k > 1 else w0, k, 0.1, 0.9, 30)
         assert np.all(w0 == 0), "stale_sgd modified w0: copy it first"
         assert got is not None, "stale_sgd returned None; return the final weights"
+        _array(got, f"stale_sgd's weights with k = {k}", w0.shape, kind="f")
         _close(got, want, f"weights after 30 steps with k = {k}", rtol=1e-4, atol=1e-6,
                hint="Hint: at step t, g_t goes in flight first; then, only if more than k are in flight, "
                     "pop the OLDEST and apply it; steps 0..k-1 do not update.")
@@ -474,7 +672,9 @@ def check_predicted_step_time(predicted_step_time):
     for tc, tm in [(0.1, 0.02), (0.01, 0.05), (0.03, 0.03), (0.2, 0.0)]:
         for algo, want in (("sync", tc + tm), ("pseudo-sync", max(tc, tm))):
             got = predicted_step_time(tc, tm, algo)
-            assert got is not None and abs(got - want) < 1e-12, (
+            assert got is not None, "predicted_step_time returned None; return the step time in seconds"
+            _number(got, f"predicted_step_time({tc}, {tm}, {algo!r})")
+            assert abs(got - want) < 1e-12, (
                 f"predicted_step_time({tc}, {tm}, {algo!r}) = {_plain(got)}, expected {want}. "
                 + ("Hint: sync waits for the whole allreduce after the compute." if algo == "sync" else
                    "Hint: with k = 1, each allreduce has one step of compute to finish under; the step lasts "
@@ -500,6 +700,8 @@ def _compare_predictor(mine, ref, what, hint):
         outs_ref.append(ref.predict(G.copy(), w.copy(), w_then.copy()))
     for t, (a, b) in enumerate(zip(outs_mine, outs_ref)):
         assert a is not None, f"{what}.forecast returned None"
+        _array(a, f"{what} forecast at arrival {t}", (n,), np.float32,
+               hint="The optimizer and the predictor's bookkeeping take float32 (.astype(np.float32)).")
         _close(a, b, f"{what} forecast at arrival {t} (compared after all 8 arrivals)", rtol=1e-5, atol=1e-6,
                hint=hint)
 
@@ -540,9 +742,9 @@ def check_encode_caption(encode_caption):
         got = encode_caption(text, length)
         want = VOCAB.encode(text, length)
         assert got is not None, "encode_caption returned None"
-        got = np.asarray(got)
-        assert got.dtype.kind in "iu", f"token ids must be integers, got dtype {got.dtype}"
-        assert got.shape == want.shape and np.array_equal(got, want), (
+        _array(got, f"encode_caption({text!r}, {length})", (length,), np.int64,
+               hint="Token ids are int64: np.array(ids, dtype=np.int64).")
+        assert np.array_equal(got, want), (
             f"encode_caption({text!r}, {length}) = {got.tolist()}, expected {want.tolist()} "
             f"({VOCAB.decode(want)!r}). Hint: <bos> first, <eos> after the last word, <pad> to the length; "
             "unknown words are <unk>.")
@@ -564,7 +766,9 @@ def check_masked_cross_entropy(masked_cross_entropy):
         want = nn.sequence_cross_entropy(mp.tensor(logits), targets, pad_id=pad).item()
         with np.errstate(over="ignore", invalid="ignore"):
             got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
-        assert got is not None and np.isfinite(float(got)), (
+        assert got is not None, "masked_cross_entropy returned None; return the mean loss (a float)"
+        _number(got, f"masked_cross_entropy (L={L}, N={N}, V={V})")
+        assert np.isfinite(float(got)), (
             f"masked_cross_entropy returned {_plain(got)}; with a logit of 800 the naive exp overflows: subtract the "
             "maximum over V before exponentiating")
         assert abs(float(got) - want) <= 1e-6 * max(1.0, abs(want)), (
@@ -589,6 +793,8 @@ def check_fit_alpha_beta(fit_alpha_beta):
         want = fit_ring_allreduce(n, t, P).model
         got = fit_alpha_beta(list(n), list(t), P)
         assert got is not None and len(got) == 2, "fit_alpha_beta must return (alpha, beta)"
+        for name, v in zip(("alpha", "beta"), got):
+            _number(v, f"fit_alpha_beta's {name} (P = {P})")
         a, b = (float(v) for v in got)
         ok = abs(a - want.alpha) <= 1e-6 * want.alpha + 1e-15 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20
         assert ok, (f"P = {P}: got alpha {a:.6g}, beta {b:.6g}; expected alpha {want.alpha:.6g}, beta "
@@ -597,7 +803,11 @@ def check_fit_alpha_beta(fit_alpha_beta):
     # a case where the unconstrained fit gives a negative latency
     n = np.array([1e3, 1e5, 1e7])
     t = np.array([1e-6, 1e-4, 1e-2]) * np.array([1.0, 1.5, 1.0])
-    a, b = (float(v) for v in fit_alpha_beta(list(n), list(t), 2))
+    got = fit_alpha_beta(list(n), list(t), 2)
+    assert got is not None and len(got) == 2, "fit_alpha_beta must return (alpha, beta)"
+    for name, v in zip(("alpha", "beta"), got):
+        _number(v, f"fit_alpha_beta's {name} (P = 2)")
+    a, b = (float(v) for v in got)
     want = fit_ring_allreduce(n, t, 2).model
     assert a >= 0 and b >= 0, "clip negative estimates to 0 (a latency or a time per byte cannot be negative)"
     assert abs(a - want.alpha) <= 1e-9 and abs(b - want.beta) <= 1e-6 * want.beta + 1e-20, (
@@ -613,7 +823,9 @@ def check_weak_scaling_efficiency(weak_scaling_efficiency):
         T = ring_allreduce_time(n, P, a, b)
         for algo, want in (("sync", tc / (tc + T)), ("pseudo-sync", tc / max(tc, T))):
             got = weak_scaling_efficiency(tc, n, P, a, b, algo)
-            assert got is not None and abs(got - want) < 1e-9, (
+            assert got is not None, "weak_scaling_efficiency returned None; return the efficiency (a float)"
+            _number(got, f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r})")
+            assert abs(got - want) < 1e-9, (
                 f"weak_scaling_efficiency(t_c={tc}, n={n:g}, P={P}, {algo!r}) = {_plain(got)}, expected {want:.6g}. "
                 "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
 
@@ -627,18 +839,27 @@ S11 = "11_local_sgd"
 @register("11.1", S11, "average_models", "that is what Algorithm.average_model leaves on every rank.")
 def check_average_models(average_models):
     rng = np.random.default_rng(111)
-    for P, d in ((3, 5), (5, 4), (2, 7), (1, 3)):   # several P: no hard-coded number of ranks
-        W = rng.standard_normal((P, d))
+    for P, d in ((3, 5), (5, 4), (2, 7), (1, 3), (8, 20)):   # several P (no hard-coded number of ranks); 8 x 20
+        W = rng.standard_normal((P, d))                      # as in the step's simulation
         before = W.copy()
         got = average_models(W)
         assert got is not None, "average_models returned None; return the (P, d) array"
         assert np.array_equal(W, before), "average_models modified W: build a new array"
-        got = np.asarray(got)
-        assert got.shape == (P, d), (f"with P = {P}, d = {d}: shape {got.shape}, expected {(P, d)}. Hint: every "
-                                     "rank keeps a copy of the average: P rows, not one.")
+        assert isinstance(got, np.ndarray) and got.shape == (P, d), (
+            f"with P = {P}, d = {d}: got {type(got).__name__} of shape {np.shape(got)}, expected an array of shape "
+            f"{(P, d)}. Hint: every rank keeps a copy of the average: P rows, not one.")
+        _array(got, f"average_models of a {P} x {d} float64 W", (P, d), W.dtype, writable=True,
+               hint="The simulation below keeps stepping each row (W[i] -= ...).")
         want = np.tile(before.sum(axis=0) / P, (P, 1))
         _close(got, want, f"the averaged weights with P = {P}", rtol=1e-10, atol=1e-12,
                hint="Hint: the mean over ranks is over axis 0 (the rows), divided by the number of rows.")
+        if P > 1:  # each rank's row is its own: a step on one rank must not move the others
+            got[0] += 1.0
+            moved = not np.array_equal(got[1:], want[1:])
+            got[0] -= 1.0
+            assert not moved, (f"with P = {P}: changing row 0 of what average_models returned changed the other rows "
+                               "too: the rows share memory (a stride-0 view). Return a new array with its own rows "
+                               "(np.tile, np.repeat).")
 
 
 @register("11.2", S11, "stl_stages", "that is the schedule STLSGD.step walks through.")
@@ -652,12 +873,18 @@ def check_stl_stages(stl_stages):
             k *= 2.0 if data == "iid" else math.sqrt(2.0)
         return out
 
-    for t1, k1, n, data in ((200, 2, 5, "iid"), (100, 1, 7, "non-iid"), (50, 3, 6, "non-iid"), (10, 1, 4, "iid")):
+    for t1, k1, n, data in ((200, 2, 5, "iid"), (200, 2, 5, "non-iid"), (100, 1, 7, "non-iid"), (50, 3, 6, "non-iid"),
+                            (10, 1, 4, "iid")):
         got = stl_stages(t1, k1, n, data)
         want = expected(t1, k1, n, data)
         assert got is not None, "stl_stages returned None; return a list of tuples"
         got = [tuple(x) for x in got]
         assert len(got) == n, f"stl_stages({t1}, {k1}, {n}, {data!r}) has {len(got)} stages, expected {n}"
+        for s, g in enumerate(got):
+            assert len(g) == 3, f"stage {s} of stl_stages({t1}, {k1}, {n}, {data!r}) is {_plain(g)}: give 3 values"
+            _number(g[0], f"stage {s}'s length", integral=True, hint="Lengths are whole steps (ints).")
+            _number(g[1], f"stage {s}'s period", integral=True, hint="Periods are whole steps (round() gives an int).")
+            _number(g[2], f"stage {s}'s lr factor")
         for s, (g, w) in enumerate(zip(got, want)):
             assert int(g[0]) == w[0], (f"stage {s} of stl_stages({t1}, {k1}, {n}, {data!r}): length {g[0]}, "
                                        f"expected {w[0]}. Hint: each stage is twice as long as the previous.")
@@ -668,6 +895,9 @@ def check_stl_stages(stl_stages):
                    "returns (1, 1.41 -> 1, 2, 2.83 -> 3, ...)."))
             assert abs(float(g[2]) - w[2]) < 1e-12, (f"stage {s}: lr factor {g[2]}, expected {w[2]}. Hint: the "
                                                      "learning rate halves each stage.")
+    got = [tuple(x) for x in stl_stages(200, 2, 4)]       # data left out: iid, as the skeleton's default
+    assert [(int(a), int(b)) for a, b, _ in got] == [(200, 2), (400, 4), (800, 8), (1600, 16)], (
+        f"stl_stages(200, 2, 4) without data = {_plain(got)}: the default is data='iid'")
 
 
 # =============================================================================
@@ -690,11 +920,11 @@ def _ring_metropolis(P: int) -> np.ndarray:
 
 @register("12.1", S12, "ring_mixing_matrix", "that is minips.distributed.topology.ring(P).W.")
 def check_ring_mixing_matrix(ring_mixing_matrix):
-    for P in (5, 8, 3, 4, 2):
+    for P in (5, 8, 3, 4, 2, 16, 32, 64):   # every P the step uses (2, 3, 8, 16, 32, 64) and more
         got = ring_mixing_matrix(P)
         assert got is not None, "ring_mixing_matrix returned None; return the (P, P) array W"
-        W = np.asarray(got, dtype=float)
-        assert W.shape == (P, P), f"ring_mixing_matrix({P}) has shape {W.shape}, expected {(P, P)}"
+        W = _array(got, f"ring_mixing_matrix({P})", (P, P), np.float64,
+                   hint="The next cells call W.sum(axis=1) and np.linalg.eigvalsh(W): build it with np.zeros((P, P)).")
         assert np.all(np.isfinite(W)) and np.all(W >= 0), (
             f"ring_mixing_matrix({P}) has negative or non-finite entries: weights are shares, in [0, 1]")
         rows, cols = W.sum(axis=1), W.sum(axis=0)
@@ -755,16 +985,17 @@ def check_push_sum_step(push_sum_step):
              ("an undirected ring of 6", [[(i - 1) % 6, (i + 1) % 6] for i in range(6)])]
     for what, nbrs in cases:
         n = len(nbrs)
-        x = rng.standard_normal((n, 3))
+        d = 1 if "ring of 6" in what else 3    # one value per node, as the step's own runs
+        x = rng.standard_normal((n, d))
         w = rng.uniform(0.5, 2.0, n)         # weights other than 1, as after a few rounds
         x_in, w_in = x.copy(), w.copy()
         got = push_sum_step(x, w, nbrs)
         assert got is not None and len(got) == 2, "push_sum_step must return the pair (x, w)"
         assert np.array_equal(x, x_in) and np.array_equal(w, w_in), \
             "push_sum_step modified its inputs x or w: build new arrays"
-        gx, gw = np.asarray(got[0], float), np.asarray(got[1], float)
-        assert gx.shape == (n, 3) and gw.shape == (n,), (
-            f"on {what}: returned shapes {gx.shape} and {gw.shape}, expected {(n, 3)} and {(n,)}")
+        gx = _array(got[0], f"on {what}, the new x", (n, d), np.float64, hint="x keeps its shape (n, d).")
+        gw = _array(got[1], f"on {what}, the new w", (n,), np.float64,
+                    hint="w is one weight per node, shape (n,): the step divides x / w[:, None].")
         assert abs(gw.sum() - w.sum()) < 1e-9, (
             f"on {what}: sum of w went from {w.sum():.6g} to {gw.sum():.6g}. Push-sum keeps the total weight: "
             "each node keeps one share of w and sends one share to each out-neighbour, k_i + 1 shares in all. "
@@ -822,6 +1053,7 @@ def check_error_feedback_step(error_feedback_step):
         got = error_feedback_step(g, e, compress)
         assert got is not None, "error_feedback_step returned None; return the sent vector C(g + e)"
         assert np.array_equal(g, g_before), f"{what}: error_feedback_step modified g; leave the gradient as it is"
+        _array(got, f"{what}: the sent vector", g.shape, kind="f", hint="Return what compress returned.")
         return np.asarray(got, dtype=np.float64)
 
     # 1. A hand-worked case: top-1, d = 3, three steps from e = 0 (values by hand, see the comments).

@@ -100,7 +100,9 @@ class Graph:
     def eigenvalues(self) -> np.ndarray | None:
         """All eigenvalues of W (complex128, (n,)), or None when n is too large
         for a dense solver and W is not circulant. For a time-varying graph:
-        those of round 0's matrix."""
+        those of round 0's matrix. The symmetric solver only where W equals
+        its transpose; the general one otherwise (a directed graph, or
+        push-sum's matrix on an irregular graph)."""
         if self.fourier_shape is not None:
             row = np.zeros(self.n)
             row[0] = self.self_weight[0]
@@ -111,7 +113,9 @@ class Graph:
         if self.n > DENSE_LIMIT:
             return None
         W = self.dense()
-        return np.linalg.eigvalsh(W).astype(complex) if not self.directed else np.linalg.eigvals(W)
+        # eigvalsh reads one triangle only: right for a symmetric W, silently wrong otherwise (push-sum's
+        # column-stochastic matrix on an irregular undirected graph is not symmetric, yet not "directed")
+        return np.linalg.eigvalsh(W).astype(complex) if np.array_equal(W, W.T) else np.linalg.eigvals(W)
 
     def lambda2(self) -> float | None:
         """``|lambda_2(W)|``, the second-largest eigenvalue modulus (None if not computable)."""

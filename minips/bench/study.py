@@ -14,6 +14,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
     target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
+    within_points = 0.5         # optional: the target "within 0.5 points of the baseline" (met / missed / unresolved)
+    contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -54,8 +56,9 @@ recorded as *diverged* (it is a result, not an error). While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
-``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
-the registry's baseline algorithm when the grid has it) and
+``OUT/G.md`` (mean, 95 % t interval and min-max over seeds, and each entry
+against the registry's baseline algorithm paired by seed when the grid has
+it) and
 ``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
 report: in ``G.md`` a table per learning-rate setting with one row per
 algorithm entry (its family, and per P the test metric, MiB sent per rank per
@@ -66,6 +69,16 @@ cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
 MiB sent, and its final value against MiB per step, labelled; drawn by
 :mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+
+Statistics (:mod:`minips.stats`): every cell is reported as its mean and
+95 % t interval over seeds; every entry is paired by seed with the baseline
+entry (the registry's baseline, sync), and the report says **better** /
+**worse** / **tie** from the 95 % t interval of the per-seed differences.
+Grid keys ``within_points = X`` (a target "within X points of the baseline":
+met / missed / unresolved, with the seeds that would resolve it) and
+``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
+``--contrast``, and ``--add-records OLD.json`` (count the runs an earlier
+study recorded, for seeds whose folders were not kept).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
 ``metric = "val_accuracy"`` (or ``"val_bleu"``), the report's first tables
@@ -89,6 +102,7 @@ from pathlib import Path
 
 from ..distributed.algorithms import BASELINE
 from ..kernels.threads import cores_on_node
+from ..stats import CONFIDENCE, compare_with_baseline, fmt_diff, fmt_target, points_per_unit, t_interval
 from .cli import register_bench
 
 __all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "family_cells",
@@ -146,6 +160,8 @@ class Grid:
     report_metric: str | None = None
     target_accuracy: float | None = None
     virtual: bool = False
+    within_points: float | None = None
+    contrasts: list = field(default_factory=list)
 
 
 @dataclass
@@ -183,7 +199,8 @@ def load_grid(path) -> Grid:
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
     known = ("ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric", "chance",
-             "report_metric", "target_accuracy", "virtual")
+             "report_metric", "target_accuracy", "within_points", "contrasts",
+             "virtual")
     unknown = set(raw) - set(known)
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
@@ -202,7 +219,8 @@ def load_grid(path) -> Grid:
              chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
              source=str(p), report_metric=raw.get("report_metric", _test_twin(raw.get("metric", ""))),
              target_accuracy=float(raw["target_accuracy"]) if "target_accuracy" in raw else None,
-             virtual=raw.get("virtual", False))
+             within_points=_within(p, raw.get("within_points")), virtual=raw.get("virtual", False))
+    g.contrasts = _contrasts(p, raw.get("contrasts", []), g.algos)
     if not isinstance(g.virtual, bool):
         raise StudyError(f"{p}: virtual = {g.virtual!r}: give true (every run on virtual ranks, threads of one "
                          "process) or false (mpiexec, the default)")
@@ -218,6 +236,30 @@ def load_grid(path) -> Grid:
     for a in g.algos:
         _split_entry(a, g.variants, f"{p}: ")
     return g
+
+
+def _contrasts(p, v, algos) -> list[tuple[str, str]]:
+    """``["A - B", ...]`` -> [(A, B), ...], each an entry of ``algos``."""
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise StudyError(f"{p}: contrasts = {v!r}: give a list of strings \"A - B\" naming two algos entries")
+    out = []
+    for x in v:
+        a, sep, b = (t.strip() for t in x.partition(" - "))
+        if not sep or a not in algos or b not in algos:
+            raise StudyError(f"{p}: contrast {x!r}: write \"A - B\" (spaces around the minus) with A and B "
+                             f"entries of algos ({', '.join(algos)})")
+        out.append((a, b))
+    return out
+
+
+def _within(p, v) -> float | None:
+    """The grid's ``within_points`` (a target gap to the baseline in points), checked."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise StudyError(f"{p}: within_points = {v!r}: give the largest acceptable gap to the baseline in points "
+                         "(accuracy: 0.5 means half a point, 0.005; BLEU: BLEU points), a number > 0")
+    return float(v)
 
 
 def _check_target(p: Path, raw: dict) -> None:
@@ -341,6 +383,8 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
             "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
             "family": s.get("family"), "replicated": s.get("replicated"),
             "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
+            "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
+            "oversubscribed": s.get("oversubscribed"),
             "time_to_target": time_to_target(s, target, tm), "virtual": bool(s.get("virtual")),
             "projected_step_time_s": s.get("projected_step_time_s"), "projected_network": s.get("projected_network"),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
@@ -348,7 +392,8 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
 
 def aggregate(records: list[dict], chance: float | None = None) -> dict:
     """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``mean``,
-    ``std`` (sample standard deviation; 0 for one seed), ``min``, ``max`` of the
+    ``std`` (sample standard deviation; 0 for one seed), ``ci`` (half-width of
+    the 95 % t interval of the mean; None for one seed), ``min``, ``max`` of the
     metric over the seeds that finished (None when none finished), and
     ``at_chance``: finished runs whose metric is below ``chance + 0.01`` (the
     network collapsed to a constant prediction without a non-finite loss)."""
@@ -362,6 +407,7 @@ def aggregate(records: list[dict], chance: float | None = None) -> dict:
                     "failed": sum(r.get("status") in ("failed", "timeout") for r in rs),
                     "mean": statistics.fmean(vals) if vals else None,
                     "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
+                    "ci": t_interval(vals).half_width if len(vals) > 1 else None,
                     "min": min(vals) if vals else None, "max": max(vals) if vals else None,
                     "at_chance": sum(v < chance + 0.01 for v in vals) if chance is not None else 0,
                     "values": vals}
@@ -376,7 +422,7 @@ def _cell(a: dict | None, digits: int) -> str:
     if a["n_ok"] == 1:  # no spread from one seed
         s = f"{a['mean']:.{digits}f} (1 seed)"
     else:
-        s = (f"{a['mean']:.{digits}f} ± {a['std']:.{digits}f} "
+        s = (f"{a['mean']:.{digits}f} ± {a['ci']:.{digits}f} "
              f"({a['min']:.{digits}f}-{a['max']:.{digits}f}, {a['n_ok']} seeds)")
     notes = []
     if a["at_chance"]:
@@ -394,30 +440,144 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     validation metric chose at each (lr, P), with its test value."""
     text = _metric_report(grid, records, grid.metric, title)
     if not grid.report_metric or grid.report_metric == grid.metric:
-        return text
+        return text + "\n" + paired_report(grid, records)
     reported = [{**r, "metric": r.get("reported")} for r in records]
     text += "\n" + _metric_report(grid, reported, grid.report_metric, title,
                                    heading=f"# reported: {grid.report_metric} of the same runs")
-    return text + "\n" + _choices(grid, records)
+    return text + "\n" + paired_report(grid, records) + "\n" + _choices(grid, records)
+
+
+def _by_seed(records: list[dict], lr_name: str, label: str, P: int, key: str) -> dict:
+    """``{seed: value}`` of the finished runs of one cell (diverged runs have no value)."""
+    return {r["seed"]: r.get(key) for r in records
+            if (r["lr"], r["label"], r["P"]) == (lr_name, label, P) and r.get("status") == "ok"
+            and r.get(key) is not None}
+
+
+def paired_comparisons(grid: Grid, records: list[dict]) -> list[dict]:
+    """Every (lr setting, P, algorithm entry) against the baseline entry at the
+    same lr and P, paired by seed (:func:`minips.stats.compare_with_baseline`),
+    for the grid's metric and, when there is one, its ``report_metric``. Each
+    dict: ``lr``, ``P``, ``label``, ``baseline``, ``metric`` and ``reported``
+    (None, or the comparison of ``label - baseline`` in the metric's units;
+    the grid metric's carries ``target`` and ``seeds_to_resolve`` when the
+    grid has ``within_points``)."""
+    base = _baseline_label(grid, records)
+    pairs = [(label, base) for label in grid.algos if label != base] if base else []
+    return _pair_rows(grid, records, pairs, within=True)
+
+
+def contrasts(grid: Grid, records: list[dict]) -> list[dict]:
+    """The grid's ``contrasts`` (pairs "A - B" of algos entries), each paired
+    by seed at every (lr setting, P) where both ran; rows as in
+    :func:`paired_comparisons` (``baseline`` is B; no target)."""
+    return _pair_rows(grid, records, grid.contrasts, within=False)
+
+
+def _pair_rows(grid: Grid, records: list[dict], pairs, within: bool) -> list[dict]:
+    out = []
+    keys = ["metric"] + (["reported"] if grid.report_metric else [])
+    gap = None if grid.within_points is None or not within else grid.within_points / points_per_unit(grid.metric)
+    for lr_name in grid.lr:
+        for P in sorted({r["P"] for r in records}):
+            for label, base in pairs:
+                if not all(any((r["lr"], r["label"], r["P"]) == (lr_name, x, P) for r in records)
+                           for x in (label, base)):
+                    continue
+                row = {"lr": lr_name, "P": P, "label": label, "baseline": base}
+                for key in keys:
+                    row[key] = compare_with_baseline(_by_seed(records, lr_name, label, P, key),
+                                                     _by_seed(records, lr_name, base, P, key),
+                                                     gap if key == "metric" else None)
+                out.append(row)
+    return out
+
+
+def paired_report(grid: Grid, records: list[dict], rows: list[dict] | None = None) -> str:
+    """The paired comparison with the baseline as a markdown table (see
+    :func:`paired_comparisons`): differences in points, 95 % t intervals,
+    better / worse / tie, and the target's verdict with the seeds that would
+    resolve it."""
+    rows = paired_comparisons(grid, records) if rows is None else rows
+    text = _pair_table(grid, rows, grid.within_points)
+    more = contrasts(grid, records)
+    if more:
+        text += "\n" + _pair_table(grid, more, None, "contrasts")
+    return text
+
+
+def _pair_table(grid: Grid, rows: list[dict], within, kind: str = "baseline") -> str:
+    if not rows:
+        return ""
+    m, rm = grid.metric, grid.report_metric
+    base = rows[0]["baseline"] if kind == "baseline" else "B"
+    unit = "BLEU points" if "bleu" in m else "points (1 point = 0.01)"
+    if kind != "baseline":
+        head = ["lr", "P", "A", "B", "seeds", f"{m}: A minus B"] + ([f"{rm}: A minus B"] if rm else [])
+        lines = [f"## contrasts: A against B, paired by seed ({int(CONFIDENCE * 100)} % t intervals, {unit})", "",
+                 "As above, for the pairs the grid's `contrasts` names.", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            seeds = r["metric"]["seeds"] if r["metric"] else []
+            cells = [r["lr"], str(r["P"]), r["label"], r["baseline"], str(len(seeds)),
+                     fmt_diff(r["metric"], points_per_unit(m))]
+            if rm:
+                cells.append(fmt_diff(r["reported"], points_per_unit(rm)))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+    head = ["lr", "P", "algorithm", "seeds", f"{m} minus {base}'s"] + ([f"{rm} minus {base}'s"] if rm else [])
+    if within is not None:
+        head.append(f"within {within:g} of {base} ({m})")
+    lines = [f"## paired by seed against {base} ({int(CONFIDENCE * 100)} % t intervals, {unit})", "",
+             f"Per seed, the run's {m} minus {base}'s with the same seed (same initial weights, partition and data "
+             "order), then the mean of those differences and its t interval (n - 1 degrees of freedom). "
+             "**better**: the interval lies above 0; **worse**: below 0; **tie**: it holds 0 (the difference is "
+             "inside the noise of this many seeds)."
+             + (f" {m} chooses; {rm} is reported beside it and chooses nothing." if rm else "")
+             + (f" Target: within {within:g} points of {base}: **met** when the interval's lower end is above "
+                f"-{within:g}, **missed** when its upper end is below -{within:g}, else **unresolved** (with the "
+                "seeds that would resolve it if the mean and spread stayed as observed)." if within is not None
+                else ""), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        seeds = r["metric"]["seeds"] if r["metric"] else []
+        cells = [r["lr"], str(r["P"]), r["label"], str(len(seeds)), fmt_diff(r["metric"], points_per_unit(m))]
+        if rm:
+            cells.append(fmt_diff(r["reported"], points_per_unit(rm)))
+        if within is not None:
+            cells.append(fmt_target(r["metric"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _choices(grid: Grid, records: list[dict]) -> str:
-    """Which algorithm the validation metric chose per (lr, P), and its reported value."""
+    """Which algorithm the validation metric chose per (lr, P), its reported
+    value, and whether the choice is resolved: the chosen entry against the
+    runner-up, paired by seed (a tie means the data do not single it out)."""
     agg = aggregate(records, None)
     rep = aggregate([{**r, "metric": r.get("reported")} for r in records], None)
     lines = [f"## chosen by {grid.metric} (validation split); {grid.report_metric} reported", "",
              f"Defaults are chosen by the mean {grid.metric} over seeds, among all algorithms except "
-             f"{BASELINE}; {grid.report_metric} is only reported (it chose nothing).", "",
+             f"{BASELINE}; {grid.report_metric} is only reported (it chose nothing). The last column pairs the "
+             "chosen entry with the runner-up by seed (95 % t interval of the difference, points): a **tie** "
+             "means these seeds do not tell the two apart.", "",
              f"| lr | P | chosen by {grid.metric} | its {grid.metric} | its {grid.report_metric} | "
-             f"{BASELINE}'s {grid.report_metric} |", "|---|---|---|---|---|---|"]
+             f"{BASELINE}'s {grid.report_metric} | against the runner-up |", "|---|---|---|---|---|---|---|"]
     for (lr_name, P) in sorted({(k[0], k[2]) for k in agg}):
-        cands = [(a["mean"], k[1]) for k, a in agg.items()
-                 if k[0] == lr_name and k[2] == P and k[1] != BASELINE and a["mean"] is not None]
+        cands = sorted(((a["mean"], k[1]) for k, a in agg.items()
+                        if k[0] == lr_name and k[2] == P and k[1] != BASELINE and a["mean"] is not None),
+                       reverse=True)
         if not cands:
             continue
-        best = max(cands)[1]
+        best = cands[0][1]
         r, s = rep.get((lr_name, best, P)), rep.get((lr_name, BASELINE, P))
-        lines.append(f"| {lr_name} | {P} | {best} | {max(cands)[0]:.4f} | {_fmt_mean(r)} | {_fmt_mean(s)} |")
+        vs = "-"
+        if len(cands) > 1:
+            second = cands[1][1]
+            d = compare_with_baseline(_by_seed(records, lr_name, best, P, "metric"),
+                                      _by_seed(records, lr_name, second, P, "metric"))
+            if d is not None:
+                vs = f"{second}: {fmt_diff(d, points_per_unit(grid.metric))}"
+        lines.append(f"| {lr_name} | {P} | {best} | {cands[0][0]:.4f} | {_fmt_mean(r)} | {_fmt_mean(s)} | {vs} |")
     return "\n".join(lines) + "\n"
 
 
@@ -428,13 +588,21 @@ def _fmt_mean(a: dict | None) -> str:
 def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = "", heading: str = "") -> str:
     agg = aggregate(records, grid.chance if "accuracy" in metric else None)
     digits = 2 if "bleu" in metric else 4
-    lines = [heading or f"# {title or 'study'}: {metric} (mean ± sample std (min-max) over seeds)", "",
-             "Cells: mean ± sample standard deviation (min-max, number of seeds) over the seeds that finished; "
+    lines = [heading or f"# {title or 'study'}: {metric} (mean ± 95 % CI (min-max) over seeds)", "",
+             "Cells: mean ± half-width of its 95 % t confidence interval (n - 1 degrees of freedom; min-max, "
+             "number of seeds) over the seeds that finished; "
              "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
              "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
+    shared = [r for r in records if r.get("status") == "ok" and r.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        lines += [f"**Ranks shared cores** in {len(shared)} of {sum(r.get('status') == 'ok' for r in records)} "
+                  f"finished runs (P = {', '.join(map(str, sorted({r['P'] for r in shared})))}; e.g. "
+                  f"{o['ranks_on_node']} ranks on {o['cores']} core(s) of a node): their ranks took turns, so "
+                  "their times are not comparable; the metrics above do not depend on it.", ""]
     ranks = sorted({r["P"] for r in records})
     labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
     for lr_name, lr_opts in grid.lr.items():
@@ -444,22 +612,6 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
         lines += ["| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
         for lab in labels:
             lines.append(f"| {lab} | " + " | ".join(_cell(agg.get((lr_name, lab, P)), digits) for P in ranks) + " |")
-        ref = BASELINE if BASELINE in labels else None
-        if ref:
-            unit = "BLEU points" if "bleu" in metric else metric
-            lines += ["", f"difference of the mean from {ref}'s ({unit}):",
-                      "", "| algorithm | " + " | ".join(f"P={P}" for P in ranks) + " |", "|---|" + "---|" * len(ranks)]
-            for lab in labels:
-                if lab == ref:
-                    continue
-                cells = []
-                for P in ranks:
-                    a, s = agg.get((lr_name, lab, P)), agg.get((lr_name, ref, P))
-                    if a and s and a["mean"] is not None and s["mean"] is not None:
-                        cells.append(f"{a['mean'] - s['mean']:+.{digits}f}")
-                    else:
-                        cells.append("-")
-                lines.append(f"| {lab} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -482,7 +634,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     """One dict per (lr setting, algorithm entry, P) that has runs, over the
     seeds that finished: the test metric's ``mean``/``std``/``min``/``max``
     (of the model averaged over ranks when they differ), ``n``, ``n_ok``,
-    ``diverged``, ``family``; ``bytes_sent_per_step`` (bytes per rank per
+    ``diverged``, ``family``, ``ci`` (half-width of the 95 % t interval);
+    ``bytes_sent_per_step`` (bytes per rank per
     step, mean over seeds) and ``bytes_ratio`` (over the baseline entry's at
     the same lr and P; None without one); ``reached`` (seeds whose test metric
     reached ``target_accuracy``) and ``time_to_target_s`` (mean wall seconds
@@ -521,7 +674,7 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
                 times = [r["time_to_target"] for r in rs if r.get("time_to_target") is not None]
                 rank0 = f"rank0_{tm}"
                 cells.append({"lr": lr_name, "label": label, "P": P, "family": family, "metric": tm,
-                              **{k: a[k] for k in ("n", "n_ok", "diverged", "mean", "std", "min", "max")},
+                              **{k: a[k] for k in ("n", "n_ok", "diverged", "mean", "std", "ci", "min", "max")},
                               "bytes_sent_per_step": sent,
                               "bytes_ratio": sent / ref if sent is not None and ref else None,
                               "target": grid.target_accuracy, "reached": len(times),
@@ -533,16 +686,30 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
 
 
 def _oversubscribed(records: list[dict]) -> list[int]:
-    """The P whose ranks times threads per rank outnumber this machine's cores."""
+    """The P whose runs shared cores: the run itself saw more ranks than cores
+    on a node (summary.json's ``oversubscribed``), or its ranks times threads
+    per rank outnumber this machine's cores."""
     cores = cores_on_node()
-    return sorted({r["P"] for r in records if r.get("status") == "ok" and not r.get("virtual")
-                   and r["P"] * (r.get("threads_per_rank") or 1) > cores})
+    return sorted({r["P"] for r in records
+                   if r.get("status") == "ok" and not r.get("virtual") and (r.get("oversubscribed")
+                                                   or r["P"] * (r.get("threads_per_rank") or 1) > cores)})
+
+
+def _machines(records: list[dict]) -> str:
+    """Where the times were taken: the CPUs and the range of end-of-run load averages the runs recorded."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    cpus = sorted({r["cpu"] for r in ok if r.get("cpu")})
+    loads = [r["load_average_end"][0] for r in ok if r.get("load_average_end")]
+    if not cpus:
+        return "Times taken on a CPU the runs did not record (runs made before summary.json recorded it)."
+    load = f"; 1-minute load average at the runs' ends {min(loads):g}-{max(loads):g}" if loads else ""
+    return f"Times taken on: {'; '.join(cpus)}{load}."
 
 
 def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = None) -> str:
     """The families table per learning-rate setting: one row per algorithm
     entry (with its family, rows grouped by family in the order the grid names
-    them), per P the test metric (mean ± std over seeds), MiB sent per rank
+    them), per P the test metric (mean ± 95 % CI over seeds), MiB sent per rank
     per step and its ratio to the baseline's, milliseconds per step, seconds to
     the target and the consensus distance at the end; a caption says what each column is and
     which P were oversubscribed (their times not comparable)."""
@@ -582,7 +749,7 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                     acc = f"div {c['diverged']}/{c['n']}" if c["diverged"] else f"failed {c['n'] - c['n_ok']}/{c['n']}"
                 else:
                     acc = (f"{c['mean']:.{digits}f} (1 seed)" if c["n_ok"] == 1
-                           else f"{c['mean']:.{digits}f} ± {c['std']:.{digits}f}")
+                           else f"{c['mean']:.{digits}f} ± {c['ci']:.{digits}f}")
                     if 1 < c["n_ok"] < c["n"]:
                         acc += f" ({c['n_ok']}/{c['n']} seeds)"
                 row.append(acc)
@@ -600,7 +767,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                 row.append("-" if c["consensus_distance"] is None else f"{c['consensus_distance']:.3g}")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    cap = [f"{tm.replace('_', ' ')}: mean ± sample std over the seeds that finished (of the model averaged over "
+    cap = [f"{tm.replace('_', ' ')}: mean ± half-width of the 95 % t interval over the seeds that finished (of the "
+           "model averaged over "
            "ranks for methods whose ranks hold different weights)"
            + ("; rank 0: the mean over seeds of rank 0's own model" if has_rank0 else "") + ". "
            "MiB/step: MiB each rank sent per training step (mean over ranks, steps and seeds)"
@@ -625,7 +793,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                    f"(times threads per rank) than the {cores_on_node()} cores of the machine writing this report "
                    "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
-               "whose ranks stay identical.")
+               "whose ranks stay identical. ")
+    cap.append(_machines(records))
     return "\n".join(lines) + "\n" + "".join(cap) + "\n"
 
 
@@ -640,7 +809,9 @@ def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
         pts = [c[i] for c in curves]
         mib = [p.get("mib_sent") for p in pts]
         proj = [p.get("projected_time_s") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
         out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
                     "mib_sent": None if None in mib else statistics.fmean(mib),
                     "projected_time_s": None if None in proj else statistics.fmean(proj),
                     metric: statistics.fmean(p[metric] for p in pts)})
@@ -654,7 +825,7 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
     metric against wall seconds), ``{stem}-{lr}-bytes.png`` (against the
     cumulative MiB each rank sent) and ``{stem}-{lr}-traffic.png`` (the final
     test metric against MiB per step, log scale, each point labelled, bars
-    the std over seeds). The same drawing code as ``compare``'s figures
+    the 95 % t interval over seeds). The same drawing code as ``compare``'s figures
     (:mod:`minips.plots`)."""
     from ..plots import plot_accuracy_vs_traffic, plot_method_curves
 
@@ -677,7 +848,7 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
                     continue
                 b = c["bytes_sent_per_step"]
                 methods.append({"name": a, "algo": rs[0].get("algo") or "", "curve": _mean_curve(rs, tm),
-                                "final": c["mean"], "final_std": c["std"] if c["n_ok"] > 1 else None,
+                                "final": c["mean"], "final_ci": c["ci"] if c["n_ok"] > 1 else None,
                                 "mib_per_step": None if b is None else b / 2**20})
             panels.append((f"P={P}, lr setting {lr_name}, mean over seeds", methods))
             timed.append((f"P={P}, lr setting {lr_name}, mean over seeds"
@@ -693,7 +864,7 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
 
 def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", stem: str = "study") -> list[Path]:
     """One PNG per learning-rate setting: the metric against P per algorithm
-    (mean over seeds, bars = min-max; diverged runs marked)."""
+    (mean over seeds, bars = the 95 % t interval of the mean; none for one seed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -715,14 +886,15 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
                 a = agg.get((lr_name, lab, P))
                 if a and a["mean"] is not None:
                     x = j + (i - (len(labels) - 1) / 2) * width
-                    xs.append(x), ys.append(a["mean"]), lo.append(a["mean"] - a["min"]), hi.append(a["max"] - a["mean"])
+                    h = a["ci"] or 0.0  # the 95 % CI's half-width; no bar for one seed
+                    xs.append(x), ys.append(a["mean"]), lo.append(h), hi.append(h)
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], fmt=markers[i % len(markers)], ms=4, capsize=2, label=lab,
                             color=colors[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20])
         ax.set_xticks(range(len(ranks)), [f"P={P}" for P in ranks])
         ax.set_ylabel(grid.metric.replace("_", " "))
         ax.grid(alpha=0.3, axis="y")
-        ax.set_title(f"{title} ({lr_name}): mean over seeds, bars min-max")
+        ax.set_title(f"{title} ({lr_name}): mean over seeds, bars: 95 % t interval of the mean")
         ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         p = out_dir / f"{stem}-{lr_name}.png"
@@ -751,16 +923,42 @@ def _ints(flag: str, s):
         raise StudyError(f"{flag} {s}: give comma-separated integers, e.g. {flag} 0,1") from None
 
 
+def _add_records(records: list[dict], paths: str, specs: list[RunSpec]) -> list[dict]:
+    """``records`` plus the run records of earlier studies' ``G.json`` files
+    (comma-separated paths) in the cells (P, lr setting, entry) selected here,
+    any seed: the seeds of a study whose run folders were not kept. A run
+    present in both is taken from ``records`` (its folder)."""
+    have = {(r["P"], r["lr"], r["label"], r["seed"]) for r in records}
+    wanted = {(s.P, s.lr_name, s.label) for s in specs}
+    out = list(records)
+    for path in _split(paths):
+        try:
+            runs = json.loads(Path(path).read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StudyError(f"--add-records {path}: not a study's JSON file with a 'runs' list ({e})") from None
+        for r in runs:
+            key = (r["P"], r["lr"], r["label"], r["seed"])
+            if key not in have and key[:3] in wanted:
+                out.append(r)
+                have.add(key)
+    return out
+
+
 def run(args) -> int:
     grid = load_grid(args.grid)
+    if getattr(args, "within", None) is not None:
+        grid.within_points = _within("--within", args.within)
+    if getattr(args, "contrast", None):
+        grid.contrasts += _contrasts("--contrast", list(args.contrast), grid.algos)
     root = Path(args.out)
     ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
-    vranks = _ints("--virtual-ranks", args.virtual_ranks)
+    vranks = _ints("--virtual-ranks", getattr(args, "virtual_ranks", None))
     if vranks and ranks:
         raise StudyError("give --ranks (the grid's launch) or --virtual-ranks (those P as threads of one process), "
                          "not both")
     specs = expand(grid, vranks or ranks, seeds, _split(args.lr), _split(args.algos), True if vranks else None)
-    if args.report_only and not (root / "runs").is_dir():
+    add_records = getattr(args, "add_records", None)
+    if args.report_only and not (root / "runs").is_dir() and not add_records:
         raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
                          f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
@@ -804,13 +1002,17 @@ def run(args) -> int:
         records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed,
                     **_record(s.out(root), grid.metric, grid.report_metric, grid.target_accuracy)}
                    for s in specs if (s.out(root) / "summary.json").exists()]
+    if add_records:
+        records = _add_records(records, add_records, specs)
     if not records:
         print(f"no finished runs yet in {root / 'runs'} for the {len(specs)} runs of this grid "
               "(check --out and the --ranks/--seeds/--lr/--algos selection)")
         return 1
     stem = Path(grid.source).stem
     cells = family_cells(grid, records)
-    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells},
+    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells,
+                                                   "paired": paired_comparisons(grid, records),
+                                                   "contrasts": contrasts(grid, records)},
                                                   indent=2) + "\n")
     report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)
     (root / f"{stem}.md").write_text(report + "\n")
@@ -834,4 +1036,12 @@ def add_arguments(p):
     p.add_argument("--title", help="title of the report")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--report-only", action="store_true", help="aggregate the finished runs, run nothing")
+    p.add_argument("--within", type=float, metavar="POINTS",
+                   help="target: within POINTS of the baseline (accuracy points, 0.5 = 0.005; BLEU points); the "
+                        "report says met / missed / unresolved per cell (overrides the grid's within_points)")
+    p.add_argument("--contrast", action="append", metavar='"A - B"',
+                   help="also pair algos entry A with entry B by seed (repeatable; adds to the grid's contrasts)")
+    p.add_argument("--add-records", metavar="G.json[,...]",
+                   help="also count the runs recorded in earlier studies' JSON files (for seeds whose run folders "
+                        "were not kept); a run with a folder under --out wins")
     p.set_defaults(func=run)

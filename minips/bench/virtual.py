@@ -133,7 +133,7 @@ def format_table(res: dict) -> str:
         for r in res["memory"]:
             lines.append(f"  {r['algo']:<28}{_gb(r['peak_rss_bytes']):>10}  (wall {r['wall_s']:.0f} s, load "
                          f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f})")
-    lines.append(f"{res['machine']['cores']} cores ({res['machine']['cpu']}); ratio = per-sample time over plain "
+    lines.append(f"cpu: {res['machine']['cpu']}; ratio = per-sample time over plain "
                  "train's; CPU = CPU seconds of the whole process (all threads) in the same steps, per sample")
     return "\n".join(lines)
 
@@ -172,6 +172,7 @@ def run(args) -> int:
     """
     from ..distributed.algorithms import BASELINE, DEFAULT
     from ..distributed.comm import launched_by_mpi
+    from ..kernels import cpuinfo
     from ..kernels.threads import cores_on_node
 
     if launched_by_mpi():
@@ -184,8 +185,8 @@ def run(args) -> int:
         raise VirtualBenchError("--warmup and --memory-ranks must be >= 0")
     algo = args.algo or BASELINE
     mem_algos = [a for a in (args.memory_algos or f"{BASELINE},{DEFAULT}").split(",") if a]
-    machine = {"cpu": platform.processor() or platform.machine(), "cores": cores_on_node(),
-               "python": platform.python_version(), "host": platform.node()}
+    machine = {"cpu": cpuinfo.describe(), "cores": cores_on_node(), "python": platform.python_version(),
+               "host": platform.node()}
     res = {"machine": machine, "options": {"model": args.model, "data": args.data, "algo": algo,
                                            "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
                                            "ranks": ranks, "memory_ranks": args.memory_ranks,

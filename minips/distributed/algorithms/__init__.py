@@ -90,8 +90,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 DEFAULT = "pseudo-sync"
 #: the reference the others are compared with (projections, study tables)
 BASELINE = "sync"
-#: the default side-by-side comparison (bench scaling)
-DEFAULT_ALGOS = ("sync", "overlap-sync", "pseudo-sync")
+#: the default side-by-side comparison (bench scaling): the default pseudo-sync (local predictor) and
+#: the seed paper's AESP, named explicitly
+DEFAULT_ALGOS = ("sync", "overlap-sync", "pseudo-sync:local", "pseudo-sync:adaptive")
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
@@ -136,7 +137,7 @@ class AlgoSpec:
     @property
     def run_label(self) -> str:
         """The label of a single run: ``label``, except that a bare name gets
-        the class's default label (e.g. ``pseudo-sync`` -> ``pseudo-sync:adaptive``,
+        the class's default label (e.g. ``pseudo-sync`` -> ``pseudo-sync:local``,
         which says which options ran)."""
         return self.cls.default_label(self.options) if self.label == self.cls.name else self.label
 
@@ -198,12 +199,13 @@ def example_spec() -> str:
 def describe_algorithms() -> list[dict]:
     """One dict per registered algorithm: name, family, whether ranks stay
     identical with the default options, its options (name, type, default,
-    unit, help), positional short form, the paper, and the first docstring line."""
+    unit, help), positional short form, the paper, and the summary: the first
+    paragraph of the class docstring, joined into one line."""
     rows = []
     for name, cls in ALGORITHMS.items():
         defaults = build_options(cls)
         rows.append({"name": name, "family": cls.family, "replicated": cls.keeps_replicas(defaults),
                      "options": option_rows(cls.Options), "extra_options": cls.extra_options(),
                      "positional": list(cls.POSITIONAL),
-                     "paper": cls.paper, "summary": (cls.__doc__ or "").strip().splitlines()[0]})
+                     "paper": cls.paper, "summary": " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())})
     return rows

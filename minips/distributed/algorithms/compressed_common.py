@@ -50,15 +50,21 @@ def compressor_spec(options) -> str:
 
 
 def validate_compressor(options) -> None:
-    """Build the compressor once, so a bad name or option fails at parse time.
+    """Build the compressor once, so a bad name or option fails at parse time;
+    with ``options.error_feedback`` true, refuse a compressor that error
+    feedback would make diverge (random-k with scale=true).
 
     Raises:
         ValueError: ``compressor=NAME: <the compressor's one-line message>``.
     """
     try:
-        make_compressor(options.compressor, **compressor_kwargs(options))
+        c = make_compressor(options.compressor, **compressor_kwargs(options))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
+    problem = c.error_feedback_problem() if getattr(options, "error_feedback", False) else None
+    if problem:
+        raise ValueError(f"compressor={options.compressor} with error-feedback=true: {problem}")
 
 
 def build_compressor(options, rank: int, d: int):
@@ -74,7 +80,8 @@ def build_compressor(options, rank: int, d: int):
     try:
         c.compress(np.zeros(d, np.float32), 0)
     except ValueError as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
     return c
 
 

@@ -2,7 +2,7 @@
 gradient method D-NG.
 
 RECONSTRUCTION: no text of "An Accelerated Gossip-Based Distributed Gradient
-Method" was found (../shared/ALGORITHMS.md section 3). The rule implemented is
+Method" was found (docs/specifications.md section 12). The rule implemented is
 D-NG of Jakovetic, Xavier & Moura, "Fast Distributed Gradient Methods", IEEE
 Trans. Automatic Control 59(5), 2014 (random-network version: "Distributed
 Nesterov-like gradient methods for random networks", IEEE Trans. Signal
@@ -33,14 +33,20 @@ class DNG(GossipAlgorithm):
 
     Step sizes: ``rule=paper``: ``alpha_k = c / (k + 1)``, ``beta_k = k / (k + 3)``
     (the paper's; for convex L-smooth costs O(log k / k)). ``rule=constant``:
-    ``alpha_k = c``, ``beta_k = momentum`` (ALGORITHMS.md's engineering choice
+    ``alpha_k = c``, ``beta_k = momentum`` (our engineering choice
     for deep nets: Nesterov-momentum gossip, not the paper). ``c`` = 0 (default)
     uses the step's learning rate (``--lr`` with its schedule) as c.
 
     This rule REPLACES the optimizer's step: the Trainer's ``--momentum``,
     ``--nesterov`` and ``--weight-decay`` are not used (the optimizer's buffer
-    stays empty). With P = 1 and ``rule=constant`` it is Nesterov SGD
+    stays empty). With P = 1, ``rule=constant`` and a constant step size (``c``
+    > 0, or ``c`` = 0 with ``--schedule constant``) it is Nesterov SGD
     (``SGD(lr=c, momentum=beta, nesterov=True)``, whose weights are y; tested).
+    With a schedule (the default is cosine) it is not: D-NG scales each
+    gradient by its own step's alpha and carries that in ``x^k - x^{k-1}``
+    (the step size inside the velocity, as in Sutskever et al. 2013), where
+    SGD's buffer sums raw gradients and scales them all by the current
+    learning rate; one rank then follows the step-size-inside form (tested).
 
     The weights (``flat.weights``) hold the iterate x (evaluated, averaged,
     checkpointed); y is swapped in by :meth:`compute_point` for forward and
@@ -54,7 +60,7 @@ class DNG(GossipAlgorithm):
     name = "dng"
     paper = ("RECONSTRUCTION of 'An Accelerated Gossip-Based Distributed Gradient Method' (not found) as D-NG: "
              "D. Jakovetic, J. Xavier, J. M. F. Moura, Fast Distributed Gradient Methods, IEEE Trans. Automatic "
-             "Control 59(5), 2014")
+             "Control 59(5), 2014; docs/specifications.md section 12")
 
     @dataclass
     class Options(GossipOptions):

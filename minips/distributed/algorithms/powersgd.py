@@ -9,7 +9,8 @@ For every weight gradient reshaped to a matrix ``n x m`` (a conv kernel
 ``(out, in*kh*kw)``), rank i, step t::
 
     M_i = G_i + E_i                        # error feedback
-    P_i = M_i Q                            # n x r; Q (m x r) is last step's (warm start)
+    Q^ = ORTHOGONALIZE(Q)                  # Q (m x r) is last step's (warm start)
+    P_i = M_i Q^                           # n x r
     P = ALLREDUCE-MEAN(P_i)                # first allreduce: all P's in one buffer
     P^ = ORTHOGONALIZE(P)                  # Gram-Schmidt on the r columns
     Q_i = M_i^T P^                         # m x r
@@ -17,6 +18,16 @@ For every weight gradient reshaped to a matrix ``n x m`` (a conv kernel
     E_i = M_i - P^ Q^T                     # what rank i's approximation missed
     G = P^ Q^T                             # the same on every rank: replicas stay identical
     w = opt(w, G)
+
+Orthogonalising the warm-started Q every step follows PyTorch's hook (the
+paper's Algorithm 1 does not; in exact arithmetic the result is the same):
+the kept Q = M^T P^ carries the singular values, so without it the columns
+of M Q differ by (sigma_1 / sigma_r)^2 and float32 Gram-Schmidt loses the
+small ones when the singular values span 1e4 or more. Gram-Schmidt makes two
+passes over the earlier columns (Giraud, Langou, Rozloznik, "The loss of
+orthogonality in the Gram-Schmidt orthogonalization process", Comput. Math.
+Appl. 50, 2005: "twice is enough"), so that a gradient of rank below r,
+whose extra columns of P are rounding, still gives orthonormal columns.
 
 As in the paper (and PyTorch's hook), tensors that are not matrices (biases)
 go uncompressed: their gradients ride along in the first allreduce, averaged
@@ -47,11 +58,15 @@ FLOPS = 1.8e10
 
 def orthogonalize(P: np.ndarray, eps: float = 1e-8) -> np.ndarray:
     """In place, Gram-Schmidt on the columns of P (n x r, float32): orthonormal
-    columns spanning the same space (a zero column stays zero). Returns P."""
+    columns spanning the same space (a zero column stays zero; a column of
+    norm below ``eps`` is divided by ``eps``). Each column is projected off
+    the earlier ones twice: one pass leaves a column that was nearly in
+    their span far from orthogonal to them in float32. Returns P."""
     for c in range(P.shape[1]):
         col = P[:, c]
-        for j in range(c):
-            col -= np.dot(P[:, j], col) * P[:, j]
+        for _ in range(2):
+            for j in range(c):
+                col -= np.dot(P[:, j], col) * P[:, j]
         col /= np.float32(max(float(np.linalg.norm(col)), eps))
     return P
 
@@ -153,7 +168,8 @@ class PowerSGD(Algorithm):
                  for k, (gi, (_, n, m)) in enumerate(zip(grads, self.mats))]
             Ps, pos = self._views(self.p_buf, [n * r for _, n, _ in self.mats])
             for k, Mk in enumerate(M):
-                np.matmul(Mk, self.Q[k], out=Ps[k].reshape(-1, r))      # P_i = M_i Q
+                orthogonalize(self.Q[k])                                  # Q^: unit columns (see the docstring)
+                np.matmul(Mk, self.Q[k], out=Ps[k].reshape(-1, r))      # P_i = M_i Q^
             plain = [self.flat._view(g, i).ravel() for i in self.plain]
             self.p_buf[pos:] = np.concatenate(plain) if plain else []  # vectors ride along, uncompressed
         self.timer.add("wait", self.comm.allreduce(self.p_buf))          # first allreduce

@@ -1,17 +1,83 @@
 """The base class of the gradient predictors of pseudo-synchronous SGD (its
-interface: :meth:`Predictor.predict`; the rules: :mod:`.predictors` and
-:mod:`.local_predictors`, both registered in :data:`.predictors.PREDICTORS`).
+interface: :meth:`Predictor.predict`; the rules: :mod:`.predictors`,
+:mod:`.aesp` and :mod:`.local_predictors`, all registered in
+:data:`.predictors.PREDICTORS`).
+
+Every rule's arithmetic lives in its own file, once, and that code is what
+runs: edit it and the next run follows the edit. Where NumPy would make a dozen
+passes over the n weights, the file writes the rule as a plain element loop
+compiled by Numba (``@njit``, the loop reads like the formula; set
+``NUMBA_DISABLE_JIT=1`` to step through it in a debugger). The scoring of
+forecasts (:func:`arrival_sums`) is such a pair of loops, here.
 """
 from __future__ import annotations
 
+import inspect
+import os
 from collections import deque
+from pathlib import Path
 
 import numpy as np
+from numba import njit
 
-from ...kernels import impl
-from ...kernels import predict as kpredict
+__all__ = ["Predictor", "arrival_sums"]
 
-__all__ = ["Predictor"]
+
+@njit(cache=True, nogil=True)
+def _forecast_sums(G, G_naive, F):
+    fg = ff = gg = err = naive = 0.0                      # float64 accumulators
+    for i in range(G.size):
+        g, f, gn = np.float64(G[i]), np.float64(F[i]), np.float64(G_naive[i])
+        fg += f * g
+        ff += f * f
+        gg += g * g
+        err += (f - g) * (f - g)                          # what the forecast missed
+        naive += (gn - g) * (gn - g)                      # what the naive stale gradient missed
+    return fg, ff, gg, err, naive
+
+
+@njit(cache=True, nogil=True)
+def _forecast_sums_with_correction(G, G_naive, F, c):
+    fg = ff = gg = err = naive = ac = cc = 0.0
+    for i in range(G.size):
+        g, f, gn, ci = np.float64(G[i]), np.float64(F[i]), np.float64(G_naive[i]), np.float64(c[i])
+        fg += f * g
+        ff += f * f
+        gg += g * g
+        err += (f - g) * (f - g)
+        naive += (gn - g) * (gn - g)
+        ac += (g - gn) * ci                               # <change the naive forecast missed, correction>
+        cc += ci * ci
+    return fg, ff, gg, err, naive, ac, cc
+
+
+def arrival_sums(G: np.ndarray, G_naive: np.ndarray, F: np.ndarray, c: np.ndarray | None = None) -> dict:
+    """Inner products that score the forecast F made for step j once G_j arrived.
+
+    Args:
+        G: float32 (n,), the gradient G_j that arrived.
+        G_naive: float32 (n,), G_{j-k}, what the naive forecast used.
+        F: float32 (n,), the forecast applied at step j.
+        c: float32 (n,), the correction applied at step j (AESP), or None.
+
+    Returns:
+        dict of float64 sums: ``FG`` <F,G>, ``FF`` <F,F>, ``GG`` <G,G>,
+        ``err`` ||F-G||^2, ``naive_err`` ||G_naive-G||^2, and with ``c``:
+        ``ac`` <G-G_naive, c>, ``cc`` <c,c>.
+
+    Raises:
+        ValueError: lengths differ.
+    """
+    n = G.size
+    for name, v in (("G_naive", G_naive), ("F", F)) + ((("c", c),) if c is not None else ()):
+        if v.size != n:
+            raise ValueError(f"arrival_sums: {name} has {v.size} elements, G has {n}")
+    G, G_naive, F = G.reshape(-1), G_naive.reshape(-1), F.reshape(-1)
+    if c is None:
+        fg, ff, gg, err, naive = _forecast_sums(G, G_naive, F)
+        return {"FG": fg, "FF": ff, "GG": gg, "err": err, "naive_err": naive}
+    fg, ff, gg, err, naive, ac, cc = _forecast_sums_with_correction(G, G_naive, F, c.reshape(-1))
+    return {"FG": fg, "FF": ff, "GG": gg, "err": err, "naive_err": naive, "ac": ac, "cc": cc}
 
 
 class Predictor:
@@ -32,6 +98,10 @@ class Predictor:
 
     name = "base"
 
+    #: how the rule's arithmetic is written: "NumPy" or "Numba loop" (the banner
+    #: and summary.json say it, with the file: :meth:`code`)
+    CODE = "NumPy"
+
     #: the correction term of the latest forecast (AESP sets it; others leave
     #: None); kept with the forecast to score it when its gradient arrives.
     last_correction = None
@@ -46,6 +116,22 @@ class Predictor:
     #: floats this predictor appends to every Iallreduce buffer (averaged over
     #: ranks with the gradient): :meth:`payload` fills them, :meth:`receive` reads them.
     extra_floats = 0
+
+    def code(self) -> str:
+        """Where the rule that runs is written, e.g.
+        ``minips/distributed/algorithms/local_predictors.py::LocalPredictor (NumPy)``:
+        the file to edit (the path from the package's parent), the class and how
+        its arithmetic runs (a Numba loop runs as Python under ``NUMBA_DISABLE_JIT=1``)."""
+        import minips
+        f = Path(inspect.getsourcefile(type(self))).resolve()
+        try:
+            rel = f.relative_to(Path(minips.__file__).resolve().parent.parent).as_posix()
+        except ValueError:  # a predictor defined outside the package (a notebook's, a test's)
+            rel = f.name
+        how = self.CODE
+        if how != "NumPy" and os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+            how += ", as Python: NUMBA_DISABLE_JIT"
+        return f"{rel}::{type(self).__name__} ({how})"
 
     def options(self) -> dict:
         """The predictor's options as constructed (defaults included), e.g.
@@ -80,19 +166,19 @@ class Predictor:
 
     def _score_arrival(self, G):
         """G_j just arrived: compare it with the forecast made for step j (one
-        fused pass over the vectors: :func:`minips.kernels.predict.arrival_sums`)."""
+        pass over the vectors: :func:`arrival_sums`)."""
         self.diagnostics = {}
         if len(self._pending) < self.k:
             return
         F, G_naive, c = self._pending.popleft()
-        s = impl(kpredict).arrival_sums(G, G_naive, F, c)
+        s = arrival_sums(G, G_naive, F, c)
         self.diagnostics["cos_forecast"] = s["FG"] / np.sqrt(s["FF"] * s["GG"]) if s["FF"] * s["GG"] > 0 else 0.0
         self.diagnostics["rel_error"] = float(np.sqrt(s["err"] / s["naive_err"])) if s["naive_err"] > 0 else 1.0
         self.on_arrival(s)
 
     def on_arrival(self, sums: dict) -> None:
         """Hook: the true gradient G_j of the oldest pending forecast arrived;
-        ``sums`` holds the inner products of :func:`minips.kernels.predict.arrival_sums`."""
+        ``sums`` holds the inner products of :func:`arrival_sums`."""
 
     def forecast(self, G, w_now, w_then) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -11,14 +11,21 @@ Parallel Programming (2024). Step t on every rank (k = staleness >= 1)::
     4. d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})
     5. w_{t+1} = optimizer(w_t, d_t)                    (momentum acts on d_t)
 
-With the replicated predictors every rank applies the same d_t to the same
-w_t, so the replicas stay bit-identical: the method is synchronous in its maths
-("pseudo") but the network never stalls the computation unless an allreduce
-takes longer than k steps of compute. The local-anchored predictors (``local``,
-``adaptive-local``, :mod:`.local_predictors`) also use the rank's own fresh
-gradient g_t in step 4; ranks then hold slightly different weights
-(``replicated`` is False: the Trainer logs the consensus distance, evaluates
-the averaged weights and checkpoints every rank's state).
+The default predictor is ``local`` (:mod:`.local_predictors`): step 4 adds
+the rank's own fresh gradient change, ``d^i_t = G_{t-k} + (g^i_t - g^i_{t-k})``,
+which keeps synchronous SGD's stability (docs/accuracy.md measures it against
+sync and AESP). Ranks then hold slightly different weights (``replicated`` is
+False: the Trainer logs the consensus distance, evaluates the averaged weights
+and checkpoints every rank's state). With the replicated predictors (``last``,
+``adaptive`` = AESP, the seed paper's rule as we reconstruct it, ...) every rank
+applies the same d_t to the same w_t and the replicas stay bit-identical.
+Either way the network never stalls the computation unless an allreduce takes
+longer than k steps of compute.
+
+One process: nothing is stale and the local gradient is the global one, so a
+local-anchored predictor's rule is synchronous SGD; pseudo-sync then applies
+g_t at once (the sync path, bitwise equal to ``--algo sync``). The replicated
+predictors keep their pipeline on one process (a way to study staleness alone).
 
 Pipeline fill: in steps 0..k-1 no result has arrived, so those steps post their
 allreduce and do not update (as the start-up phase of a pipeline), except with
@@ -67,9 +74,11 @@ class PseudoSyncSGD(Algorithm):
     Options (spec ``pseudo-sync:predictor=adaptive:staleness=2:rho=0.95``, or
     positionally ``pseudo-sync:adaptive:2``):
         staleness: k >= 1 (default 1).
-        predictor: ``last``, ``ema``, ``holt``, ``lookahead``, ``adaptive``
-            (default; see :mod:`minips.distributed.algorithms.predictors`),
-            ``local`` or ``adaptive-local`` (:mod:`.local_predictors`).
+        predictor: ``local`` (default) or ``adaptive-local``
+            (:mod:`.local_predictors`); ``adaptive`` (AESP, :mod:`.aesp`);
+            ``last``, ``ema``, ``holt``, ``lookahead``
+            (:mod:`.predictors`); ``spike``, ``dc-asgd``, ``gap-aware``
+            (:mod:`.delay_compensation`).
         predictor_options: the predictor's options (e.g. ``{"rho": 0.9}``);
             in a spec, any key that is not staleness or predictor goes here.
 
@@ -80,14 +89,15 @@ class PseudoSyncSGD(Algorithm):
     name = "pseudo-sync"
     family = "stale gradient averaging"
     paper = ("Wen, Qiu, Zhang, Huang, Xiao & Lin, Accelerating Massively Distributed Deep Learning Through "
-             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024)")
+             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024); the update and the "
+             "adaptive predictor (AESP) are our formulation (reconstruction), docs/specifications.md section 2")
     POSITIONAL = ("predictor", "staleness")
     #: the paper's measured weak-scaling efficiency (where, {nodes: E(P)})
     reported_efficiency = ("Tianhe-II", {64: 0.934, 128: 0.905})
 
     @dataclass
     class Options:
-        predictor: str = field(default="adaptive", metadata={"help": "gradient predictor",
+        predictor: str = field(default="local", metadata={"help": "gradient predictor",
                                                               "choices": tuple(PREDICTORS)})
         staleness: int = field(default=1, metadata={"help": "k: apply each averaged gradient k steps later",
                                                      "unit": "steps"})
@@ -143,6 +153,11 @@ class PseudoSyncSGD(Algorithm):
         # a predictor that uses the rank's own gradient lets the ranks' weights differ
         return not PREDICTORS[options.predictor].uses_local_gradient
 
+    @property
+    def replicated(self) -> bool:
+        # the sync path (one process) has one rank: nothing can drift
+        return getattr(self, "sync_path", False) or super().replicated
+
     def num_grad_buffers(self) -> int:
         return self.options.staleness + 1
 
@@ -156,12 +171,16 @@ class PseudoSyncSGD(Algorithm):
         self.pipeline: deque[_Pending] = deque()
         self.free = deque(range(1, self.k + 1))  # buffer 0 is current
         self._released = None  # the buffer of the gradient consumed this step, if any
+        # One process and a local-anchored rule: g_t is the global gradient, the rule is sync's.
+        self.sync_path = self.comm.size == 1 and self.predictor.uses_local_gradient
 
     def describe(self) -> str:
-        return f"{self.name} (k={self.k}, predictor={self.predictor.name})"
+        path = "; one process: the sync path" if self.sync_path else ""
+        return f"{self.name} (k={self.k}, predictor={self.predictor.name}: {self.predictor.code()}{path})"
 
     def report(self) -> dict:
-        return {"predictor": self.predictor.name, "staleness": self.k, "predictor_options": self.predictor.options()}
+        return {"predictor": self.predictor.name, "staleness": self.k, "predictor_options": self.predictor.options(),
+                "predictor_code": "sync path (one process)" if self.sync_path else self.predictor.code()}
 
     @contextmanager
     def compute_point(self):
@@ -190,6 +209,10 @@ class PseudoSyncSGD(Algorithm):
 
     def step(self) -> None:
         p, n = self.predictor, self.flat.numel
+        if self.sync_path:  # d_t = g_t: what G_{t-k} + (g_t - g_{t-k}) is when P = 1, without its rounding
+            self.apply_update(self.flat.grads[self.flat.current][:n])
+            self.end_step()
+            return
         if p.uses_local_gradient:  # keep g_t before the allreduce overwrites it with the sum
             with self.timer.phase("predict"):
                 p.observe_local(self.flat.grads[self.flat.current][:n])

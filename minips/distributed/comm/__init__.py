@@ -14,14 +14,17 @@ that virtual rank's own.
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import traceback
 
 from .core import PROGRESS_MODES, Comm, JobAborted, NeighborGraph, Request
-from .mpi import launched_by_mpi
+from .mpi import launched_by_mpi, launcher_world
 
 __all__ = ["PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm", "launched_by_mpi",
-           "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank"]
+           "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
+           "launcher_world", "mpi_started"]
 
 _world: Comm | None = None      # the process's world (MPI, or one rank)
 _rank_local = threading.local()  # .comm: a virtual rank's world (set by virtual.run in its thread)
@@ -55,6 +58,13 @@ def get_comm(network=None, progress: str = "poll") -> Comm:
     else:
         _world.reconfigure(network, progress)
     return _world
+
+
+def mpi_started() -> bool:
+    """Whether the caller's world communicator exists: the process's was
+    created (:func:`get_comm`), or the caller is a virtual rank (whose world
+    exists before its code runs)."""
+    return _world is not None or in_virtual_rank()
 
 
 def world_size() -> int:
@@ -95,3 +105,41 @@ def abort_on_exception(comm: Comm, exc: BaseException) -> None:
         comm.abort(f"this rank exited (sys.exit({exc.code!r})) while the others run; ending every rank", code=code)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     comm.abort(f"error, aborting all ranks:\n{tb}")
+
+
+#: Seconds a rank other than 0 that failed before MPI started waits for rank 0
+#: (which, given the same options, fails alike) to end the job before it
+#: reports its own error (see :func:`fail_before_mpi`).
+FAIL_BEFORE_MPI_GRACE_S = 5.0
+
+
+def fail_before_mpi(message: str, code: int) -> int:
+    """Report an error that a process caught before MPI started (a bad option,
+    a Ctrl-C during its imports) once for the whole job, and end every rank.
+
+    Without MPI, or on one rank: prints ``message`` to stderr and returns
+    ``code``. Under a launcher with several ranks, a plain exit would print the
+    message once per rank (every rank parses the same options) and, when only
+    some ranks fail, leave the others waiting in ``MPI_Init``. So the rank
+    starts MPI too (:func:`get_comm`: ``MPI_Init`` and the first barrier,
+    which the healthy ranks reach on their way), then rank 0 prints the message
+    and aborts the job; another rank first waits
+    :data:`FAIL_BEFORE_MPI_GRACE_S` seconds for rank 0, which fails alike when
+    the error comes from the options, and only then prints its own message
+    (prefixed with its rank) and aborts. Does not return then. (Virtual ranks
+    never get here: their world exists before their code runs, so their
+    errors take :meth:`Comm.abort`'s path.)
+    """
+    rank, size = launcher_world()
+    if launched_by_mpi() and size != 1:
+        try:
+            comm = get_comm()
+        except BaseException:  # noqa: BLE001 - MPI cannot start (missing, or its own error): say it here
+            comm = None
+        if comm is not None and comm.size > 1:
+            if comm.rank != 0:
+                time.sleep(FAIL_BEFORE_MPI_GRACE_S)
+            comm.abort(message, code, prefix=comm.rank != 0)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    return code

@@ -896,19 +896,31 @@ class Comm:
         if self.size > 1:
             self.mpi.Barrier()
 
-    def abort(self, message: str, code: int = 1) -> None:
-        """Print ``message`` (prefixed with the rank) to stderr and end the whole
-        job with ``MPI_Abort``, so no rank waits forever on a dead peer. Under
-        virtual ranks the other ranks raise :class:`JobAborted` at their next
-        call (a rank waiting in one at once) and this one raises SystemExit.
-        When the job is already ending (another rank aborted first), nothing
-        is printed."""
+    def abort(self, message: str, code: int = 1, prefix: bool = True) -> None:
+        """Print ``message`` (prefixed with the rank unless ``prefix`` is False)
+        to stderr and end the whole job with ``MPI_Abort``, so no rank waits
+        forever on a dead peer.
+
+        Under MPI the message must reach the terminal before the abort: the
+        process manager kills every rank and may end before it forwards what is
+        still in a rank's output pipe (seen as a failed job with no output at
+        all when the launcher was slow to be scheduled), so this waits until
+        the pipe is read (:func:`.mpi.drain_output`), then silences MPICH's own
+        abort line (the message has said it all) and aborts. Under virtual
+        ranks the process lives on: the other ranks raise :class:`JobAborted`
+        at their next call (a rank waiting in one at once) and this one raises
+        SystemExit; when the job is already ending (another rank aborted
+        first), nothing is printed."""
         claim = getattr(self.mpi, "claim_abort", None)  # virtual ranks: the first to abort speaks
         if self.size > 1 and claim is not None and not claim(code):
             raise JobAborted()
-        sys.stderr.write(f"[minips rank {self.rank}] {message}\n")
+        sys.stderr.write(f"[minips rank {self.rank}] {message}\n" if prefix else f"{message}\n")
         sys.stderr.flush()
+        if claim is None:
+            mpi_backend.drain_output()
         if self.size > 1:
+            if claim is None:  # not under virtual ranks: fd 2 is the whole process's
+                mpi_backend.silence_stderr()
             self.mpi.Abort(code)
         raise SystemExit(code)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-__all__ = ["MPI_INIT_TIMEOUT_S", "launched_by_mpi", "world", "module"]
+__all__ = ["MPI_INIT_TIMEOUT_S", "launched_by_mpi", "launcher_world", "world", "module", "drain_output",
+           "silence_stderr"]
 
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
                   "HYDRA_CONTROL_FD")
@@ -70,6 +72,21 @@ def launched_by_mpi() -> bool:
     return int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ
 
 
+def launcher_world() -> tuple[int | None, int | None]:
+    """(rank, size) of this process as its launcher's environment says (MPICH/
+    Hydra ``PMI_RANK``/``PMI_SIZE``, Open MPI, Slurm), before MPI starts; None
+    for what the environment does not say."""
+    def first(*names):
+        for n in names:
+            try:
+                return int(os.environ[n])
+            except (KeyError, ValueError):
+                continue
+        return None
+    return (first("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"),
+            first("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
+
+
 def world():
     """``mpi4py.MPI.COMM_WORLD``, starting MPI within the time limit.
 
@@ -88,3 +105,47 @@ def module():
     """The ``mpi4py.MPI`` module (constants, ``Request.Testall``, ``Status``)."""
     from mpi4py import MPI
     return MPI
+
+
+def drain_output(timeout: float = 5.0) -> None:
+    """Flush stdout and stderr and wait (at most ``timeout`` seconds) until the
+    reader of each (mpiexec's proxy, when they are pipes or sockets) has taken
+    everything written: the bytes still in the pipe (``FIONREAD``) or the
+    socket's send queue (``TIOCOUTQ``). A terminal or a file is written once
+    ``write`` returns: no wait. Any error ends the wait (it only delays).
+
+    Why: ``MPI_Abort`` makes the process manager kill every rank, and it may end
+    before it forwards what is still in a rank's pipe (a failed job with no
+    output at all when the launcher was slow to be scheduled)."""
+    import stat
+    try:
+        import fcntl
+        import struct
+        import termios
+    except ImportError:  # not a POSIX system
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+            fd = stream.fileno()
+            mode = os.fstat(fd).st_mode
+        except (AttributeError, OSError, ValueError):
+            continue
+        request = termios.FIONREAD if stat.S_ISFIFO(mode) else termios.TIOCOUTQ if stat.S_ISSOCK(mode) else None
+        deadline = time.monotonic() + timeout
+        while request is not None and time.monotonic() < deadline:
+            try:
+                unread = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+            except OSError:
+                break
+            if unread <= 0:
+                break
+            time.sleep(0.002)
+
+
+def silence_stderr() -> None:
+    """Point file descriptor 2 at /dev/null (MPI_Abort's own line, after minips' message)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    except OSError:
+        pass

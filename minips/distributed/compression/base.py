@@ -111,6 +111,12 @@ class Compressor:
         """The options this compressor was built with (for logs and summaries)."""
         return {}
 
+    def error_feedback_problem(self) -> str | None:
+        """Why error feedback must not be used with this compressor, or None.
+        Error feedback's memory ``m = v - C(v)`` stays bounded only when C is
+        a contraction (``||v - C(v)|| < ||v||``, Stich et al. 2018)."""
+        return None
+
     def describe(self) -> str:
         opts = ":".join(f"{k}={v}" for k, v in self.options().items())
         return f"{self.name}:{opts}" if opts else self.name

@@ -34,6 +34,13 @@ class RandomK(Compressor):
         kk = {"k": self.k} if self.k is not None else {"ratio": self.ratio}
         return {**kk, "seed": self.seed, "scale": self.scale}
 
+    def error_feedback_problem(self):
+        if self.scale:
+            return ("scale=true multiplies the kept entries by d/k, so the residual v - C(v) is larger than v and "
+                    "error feedback's memory grows without bound; use scale=false with error feedback, or "
+                    "error-feedback=false")
+        return None
+
     def indices(self, d: int, step: int) -> np.ndarray:
         """The k coordinates of step ``step`` (int64, ascending), the same on every rank."""
         k = resolve_k(self.name, self.k, self.ratio, d)

@@ -1,0 +1,152 @@
+"""Confidence intervals paired by seed (minips.stats) and where they are
+reported: bench study's tables and compare --seeds (issue 25, section 1).
+
+Expected values are computed here by hand or from textbook tables (Student's
+t quantiles), never by the code under test."""
+import json
+import math
+
+import pytest
+
+from minips import stats
+from minips.bench import study
+
+
+@pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
+def test_t_quantiles_match_the_table(df, t):
+    assert stats.t_quantile(df) == pytest.approx(t, abs=1e-3)
+
+
+def test_t_interval_by_hand():
+    # values 1, 2, 3, 4, 5: mean 3, sd sqrt(2.5), half-width 2.776 * sqrt(2.5) / sqrt(5)
+    i = stats.t_interval([1, 2, 3, 4, 5])
+    h = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
+    assert (i.n, i.mean) == (5, 3.0) and i.sd == pytest.approx(math.sqrt(2.5))
+    assert (i.lo, i.hi) == (pytest.approx(3 - h), pytest.approx(3 + h))
+    one = stats.t_interval([0.8])
+    assert not one.has_ci and one.lo == one.hi == 0.8 and one.fmt() == "0.8000 (1 seed)"
+    with pytest.raises(ValueError, match="no values"):
+        stats.t_interval([])
+    with pytest.raises(ValueError, match="finite"):
+        stats.t_interval([0.1, float("nan")])
+
+
+def test_pairing_removes_the_shared_seed_spread():
+    # B varies a lot across seeds; A = B + 0.01 + small noise: unpaired the gap drowns, paired it shows
+    b = {0: 0.80, 1: 0.86, 2: 0.83, 3: 0.78, 4: 0.88}
+    a = {s: v + 0.01 + (0.001 if s % 2 else -0.001) for s, v in b.items()}
+    p = stats.paired(a, b)
+    assert p.seeds == (0, 1, 2, 3, 4) and p.verdict == "better"
+    assert p.diff.mean == pytest.approx(0.01 + (2 - 3) * 0.001 / 5)  # two seeds +0.001, three -0.001
+    unpaired = stats.t_interval(list(a.values()))
+    assert unpaired.lo < stats.t_interval(list(b.values())).mean  # the intervals of the means overlap
+
+
+def test_verdicts_and_missing_seeds():
+    b = {0: 0.8, 1: 0.8, 2: 0.8}
+    assert stats.paired({0: 0.79, 1: 0.78, 2: 0.785}, b).verdict == "worse"
+    assert stats.paired({0: 0.81, 1: 0.79, 2: 0.80}, b).verdict == "tie"
+    # a diverged seed (None) is left out of the pairing; one seed left: no interval
+    p = stats.paired({0: 0.79, 1: None}, {0: 0.8, 1: 0.8, 2: 0.8})
+    assert p.seeds == (0,) and p.verdict == "1 seed"
+    assert stats.paired({5: 0.1}, b) is None
+
+
+def test_target_met_missed_unresolved_and_seeds_to_resolve():
+    gap = 0.005  # half a point
+    met = stats.t_interval([-0.001, 0.0, 0.001, -0.002, 0.002])
+    missed = stats.t_interval([-0.02, -0.021, -0.019])
+    wide = stats.t_interval([-0.0107 + d for d in (-0.0091, 0.0, 0.0091)])  # mean -1.07 points, sd 0.91 points
+    assert stats.target_verdict(met, gap) == "met"
+    assert stats.target_verdict(missed, gap) == "missed"
+    assert stats.target_verdict(wide, gap) == "unresolved"
+    # by hand: margin |mean + gap| = 0.0057, sd 0.0091: the least n with t_{n-1} sd / sqrt(n) < 0.0057
+    n = stats.seeds_to_resolve(wide, gap)
+    assert n == next(m for m in range(2, 100) if stats.t_quantile(m - 1) * 0.0091 / math.sqrt(m) < 0.0057)
+    assert 10 <= n <= 14
+    assert stats.seeds_to_resolve(stats.t_interval([-0.005, -0.004, -0.006]), gap) is None  # mean on -gap
+    with pytest.raises(ValueError, match="gap must be > 0"):
+        stats.target_verdict(met, 0)
+
+
+def _records():
+    """Hand-made study records: P = 2, 5 seeds; A ties with sync, B is worse."""
+    val = {"sync": [0.86, 0.88, 0.85, 0.87, 0.84],
+           "A": [0.865, 0.875, 0.845, 0.872, 0.846],
+           "B": [0.84, 0.86, 0.83, 0.85, 0.82]}
+    return [{"P": 2, "lr": "fixed", "label": lab, "seed": s, "status": "ok", "metric": v, "reported": v - 0.01}
+            for lab, vs in val.items() for s, v in enumerate(vs)]
+
+
+def _grid(**kw):
+    return study.Grid(ranks=[2], seeds=list(range(5)), algos=["sync", "A", "B"], train={"val-fraction": 0.1},
+                      lr={"fixed": {"lr": 0.05}}, metric="val_accuracy", report_metric="test_accuracy", **kw)
+
+
+def test_study_report_pairs_by_seed_and_judges_the_target():
+    g = _grid(within_points=0.5, contrasts=[("A", "B")])
+    rows = study.paired_comparisons(g, _records())
+    by = {r["label"]: r for r in rows}
+    assert by["A"]["metric"]["verdict"] == "tie" and by["B"]["metric"]["verdict"] == "worse"
+    assert by["B"]["metric"]["mean"] == pytest.approx(-0.02)
+    assert by["B"]["metric"]["target"] == "missed"  # every seed 2 points below: the interval is a point at -2
+    text = study.markdown_report(g, _records(), "t")
+    assert "## paired by seed against sync" in text and "-2.00 [-2.00, -2.00] **worse**" in text
+    assert "## contrasts" in text and "| fixed | 2 | A | B | 5 |" in text
+    assert "against the runner-up" in text  # the choice says whether it is resolved
+    # cells: mean ± CI half-width; sync's val over 5 seeds: sd 0.01581, half-width 2.776 * 0.01581 / sqrt(5)
+    assert f"0.8600 ± {2.7764451 * 0.0158114 / math.sqrt(5):.4f}" in text
+
+
+def test_grid_keys_and_flags_are_checked(tmp_path):
+    base = 'ranks = [2]\nseeds = [0]\nalgos = ["sync", "pseudo-sync"]\n[train]\nmodel = "mlp"\n[lr.a]\nlr = 0.1\n'
+    for extra, msg in (('within_points = -1\n', "within_points = -1"),
+                       ('contrasts = ["sync-pseudo-sync"]\n', "spaces around the minus"),
+                       ('contrasts = ["sync - local"]\n', "entries of algos")):
+        p = tmp_path / "g.toml"
+        p.write_text(extra + base)
+        with pytest.raises(study.StudyError, match=msg):
+            study.load_grid(p)
+    p.write_text('within_points = 0.5\ncontrasts = ["pseudo-sync - sync"]\n' + base)
+    g = study.load_grid(p)
+    assert g.within_points == 0.5 and g.contrasts == [("pseudo-sync", "sync")]
+
+
+def test_add_records_counts_earlier_seeds_and_prefers_folders(tmp_path):
+    old = tmp_path / "old.json"
+    recs = _records()
+    old.write_text(json.dumps({"runs": recs}))
+    spec = study.RunSpec(2, "fixed", "A", 7, {}, {})
+    here = [{**recs[5], "metric": 0.5}]  # A seed 0 from a folder here wins over the old record
+    out = study._add_records(here, str(old), [spec])
+    assert sorted(r["seed"] for r in out) == [0, 1, 2, 3, 4]  # only cell (2, fixed, A), any seed
+    assert next(r for r in out if r["seed"] == 0)["metric"] == 0.5
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(study.StudyError, match="not a study's JSON"):
+        study._add_records([], str(tmp_path / "bad.json"), [spec])
+
+
+def test_compare_seeds_report_and_refusals(tmp_path, capsys):
+    from minips.cli import main
+    out = tmp_path / "cmp"
+    assert main(["compare", "--model", "mlp", "--epochs", "1", "--batch-size", "500", "--val-fraction", "0.1",
+                 "--algos", "sync,pseudo-sync:adaptive", "--seeds", "0,1", "--within", "0.5", "--quiet",
+                 "--out", str(out)]) == 0
+    text = (out / "compare.md").read_text()
+    assert "seeds 0, 1" in text and "## over seeds" in text and "## against sync, paired by seed" in text
+    assert "## seed 0" in text and "## seed 1" in text
+    assert (out / "sync-seed1" / "summary.json").exists()
+    runs = json.loads((out / "compare.json").read_text())
+    assert sorted((r["label"], r["seed"]) for r in runs) == [("pseudo-sync:adaptive", 0), ("pseudo-sync:adaptive", 1),
+                                                             ("sync", 0), ("sync", 1)]
+    # the row of pseudo-sync: its differences, recomputed here from the summaries
+    d = [next(r["val_accuracy"] for r in runs if r["label"] == "pseudo-sync:adaptive" and r["seed"] == s)
+         - next(r["val_accuracy"] for r in runs if r["label"] == "sync" and r["seed"] == s) for s in (0, 1)]
+    assert f"| pseudo-sync:adaptive | {100 * sum(d) / 2:+.2f} [" in text
+    for argv, msg in ((["--seeds", "0,x"], "comma-separated integers"), (["--seeds", "1,1"], "distinct"),
+                      (["--within", "0.5"], "needs --seeds"), (["--seeds", "0,1", "--within", "0"], "> 0")):
+        capsys.readouterr()
+        assert main(["compare", "--model", "mlp", "--algos", "sync", "--out", str(tmp_path / "x"), *argv]) != 0
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x").exists()
