@@ -21,7 +21,7 @@ from minips.train import TrainConfig, Trainer
 from .conftest import ROOT, run_cli, subprocess_env
 
 MPIEXEC = shutil.which("mpiexec")
-WORKER = str(Path(__file__).with_name("edge_worker.py"))
+WORKER = str(Path(__file__).with_name("hang_worker.py"))
 TIMEOUT = 120
 # 10,000 training images / batch 500 = 20 steps per epoch
 MLP = ["train", "--model", "mlp", "--quiet", "--batch-size", "500"]
