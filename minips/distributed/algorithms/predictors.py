@@ -34,6 +34,10 @@ simulation (:mod:`minips.distributed.staleness_lab`).
   :class:`~.local_predictors.AdaptiveLocalPredictor` (``adaptive-local``): the
   arrived average plus this rank's own gradient change (module
   :mod:`.local_predictors`); ranks then hold slightly different weights.
+- :class:`~.local_rewind.LocalRewindPredictor` (``local-rewind``, module
+  :mod:`.local_rewind`): ``local`` whose swap of the rank's own old gradient
+  for the average is made exactly in the momentum buffer and the weights
+  (issue 31).
 """
 from __future__ import annotations
 
@@ -41,10 +45,12 @@ import numpy as np
 
 from .aesp import AdaptivePredictor
 from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
+from .local_rewind import LocalRewindPredictor
 from .predictor_base import Predictor
 
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
-           "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "PREDICTORS", "make_predictor"]
+           "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "LocalRewindPredictor", "PREDICTORS",
+           "make_predictor"]
 
 
 class LastPredictor(Predictor):
@@ -149,7 +155,8 @@ class LookaheadPredictor(Predictor):
 
 
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
-                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor)}
+                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor,
+                                        LocalRewindPredictor)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:
