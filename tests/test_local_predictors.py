@@ -42,7 +42,8 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
     d = np.load(out)
     sync = d["same_sync"]
     for spec in ("pseudo-sync:local:1", "pseudo-sync:local:2", "pseudo-sync:adaptive-local:1",
-                 "pseudo-sync:adaptive-local:2", "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2"):
+                 "pseudo-sync:adaptive-local:2", "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2",
+                 "pseudo-sync:layerwise-local:1"):
         # every step, not only the last: float32 rounding of G + (g_t - g_{t-k}) vs g_t
         np.testing.assert_allclose(d[f"same_{spec}"], sync, rtol=1e-5, atol=1e-6, err_msg=spec)
         assert d[f"identical_{spec}"], spec  # same data: the ranks' weights agree bitwise
@@ -68,19 +69,23 @@ def test_resume_is_bitwise_and_consensus_distance_bounded(tmp_path):
 
 
 # --- one-process simulation of P ranks -----------------------------------------------
-def simulate(cls, grads, k, **options):
+def simulate(cls, grads, k, layout=None, **options):
     """Drive P predictors as pseudo-sync does (payload appended to each posted
     buffer, the allreduce a mean over ranks, FIFO arrival k steps later).
 
     Args:
         grads: float32 (T, P, n), rank i's gradient at step t (given, not
             depending on the weights).
+        layout: the tensors' (start, stop) handed to ``set_layout`` (default:
+            one tensor, the whole vector).
 
     Returns:
         (directions (T, P, n) float64, lambdas (T,), the predictors).
     """
     T, P, n = grads.shape
     preds = [cls(k, **options) for _ in range(P)]
+    for p in preds:
+        p.set_layout(layout or [(0, n)])
     pipeline, dirs, lams = deque(), np.zeros((T, P, n)), np.zeros(T)
     for t in range(T):
         bufs = []
