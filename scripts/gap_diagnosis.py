@@ -12,6 +12,9 @@ output of the captioner) and per step:
   variance across ranks of the local correction, i.e. the error of rank i's
   ``local`` direction G_{s-k} + c^i_s against G_s. ratio = noise / signal:
   above 1, a rank's ``local`` direction is further from G_s than the stale one.
+  When the local changes are pure batch noise (independent across ranks and
+  steps) the ratio is P - 1: the noise is 2 sigma^2 (1 - 1/P), the change of
+  the average 2 sigma^2 / P.
 - ``grad_noise`` mean_i ||g^i_s - G_s||^2 (one rank's batch noise) and
   ``G2`` ||G_s||^2.
 - ``consensus`` (1/P) sum_i ||w^i - mean w||^2 after the step, and ``w2``
@@ -31,6 +34,8 @@ training. Example (the mini set at P = 8, seed 0)::
 
     mpiexec -n 8 python scripts/gap_diagnosis.py --task mini --seed 0 \\
         --out docs/bench/accuracy/gaps/diag-mini-P8-seed0
+    python scripts/gap_diagnosis.py OUT.json                  (the summary again)
+    python scripts/gap_diagnosis.py plot A.json B.json FIG.png   (the figure)
 """
 from __future__ import annotations
 
@@ -218,8 +223,45 @@ def report(d) -> str:
     return "\n".join(lines)
 
 
+def plot(paths, png) -> None:
+    """One column per diagnosis JSON: per group over training, noise / signal
+    (top) and drift_mean / sgd_noise (bottom), running medians over 5 points."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    fig, axes = plt.subplots(2, len(runs), figsize=(6 * len(runs), 7.5), squeeze=False)
+
+    def smooth(v):
+        return [np.median(v[max(0, i - 2):i + 3]) for i in range(len(v))]
+
+    for col, d in enumerate(runs):
+        top, bottom = axes[0, col], axes[1, col]
+        for g in d["groups"]:
+            rs = [r for r in d["rows"] if f"{g}:signal" in r and r[f"{g}:signal"] > 0]
+            top.plot([r["step"] for r in rs], smooth([r[f"{g}:noise"] / r[f"{g}:signal"] for r in rs]), label=g)
+            ds = [r for r in d["drift"] if r[f"{g}:sgd_noise"] > 0]
+            bottom.plot([r["step"] for r in ds], smooth([r[f"{g}:drift_mean"] / r[f"{g}:sgd_noise"] for r in ds]),
+                        label=g)
+        top.axhline(d["P"] - 1, color="grey", ls=":", lw=1.5,       # the value when the local change is pure noise
+                    label=f"P - 1 = {d['P'] - 1}: pure batch noise")
+        bottom.axhline(1, color="grey", ls=":", lw=1.5, label="as large as sync's own noise")
+        top.set_title(f"{d['algo']}, {d['task']}, P = {d['P']}, seed {d['seed']}", fontsize=10)
+        top.set_ylabel("noise / signal = mean_i ||c^i - a||^2 / ||a||^2")
+        bottom.set_ylabel("drift's change of the averaged gradient\n/ sync's gradient noise")
+        bottom.set_xlabel("step")
+        for ax in (top, bottom):
+            ax.set_yscale("log")
+            ax.legend(fontsize=7, ncol=2)
+            ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):   # re-print a report
         print(report(json.loads(Path(sys.argv[1]).read_text())))
+    elif len(sys.argv) > 2 and sys.argv[1] == "plot":         # plot JSON... PNG
+        plot(sys.argv[2:-1], sys.argv[-1])
     else:
         main()
