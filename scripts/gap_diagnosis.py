@@ -134,7 +134,7 @@ def main():
             t = self.global_step
             gbar = self._drift(group) if args.drift_every and t % args.drift_every == 0 else None
             loss = super()._train_step(group, epoch)
-            p, flat, n = self.algo.predictor, self.algo.flat, self.algo.flat.numel
+            p, flat = self.algo.predictor, self.algo.flat
             g = p.ring[(p.t - 1) % (p.k + 1)].copy()      # g^i_t, this rank's gradient at its weights
             if gbar is not None:
                 Gbar = pooled(gbar.astype(np.float64))
@@ -191,8 +191,8 @@ def report(d) -> str:
              "grad_noise / G2 = one rank's batch noise over the averaged gradient's square; "
              "cons / w2 = consensus distance / ||w-bar||^2; drift_mean / sgd_noise = what the drift changes in the "
              "averaged gradient, over sync's own gradient noise; drift_rank / sgd_noise the same per rank",
-             f"| group (size) | steps | noise/signal | grad_noise/G2 | cons/w2 | cons/(lr^2 grad_noise) "
-             f"| drift_mean/sgd_noise | drift_rank/sgd_noise |", "|---|---|---|---|---|---|---|---|"]
+             "| group (size) | steps | noise/signal | grad_noise/G2 | cons/w2 | cons/(lr^2 grad_noise) "
+             "| drift_mean/sgd_noise | drift_rank/sgd_noise |", "|---|---|---|---|---|---|---|---|"]
 
     def med(rs, f):
         v = [f(r) for r in rs]
@@ -201,6 +201,9 @@ def report(d) -> str:
 
     def ratio(a, b):
         return lambda r: (r[a] / r[b]) if a in r and b in r and r[b] > 0 else None
+
+    def per_lr2(a, b):   # r[a] / (lr^2 r[b]): the consensus distance in units of lr^2 times a rank's noise
+        return lambda r: (r[a] / (r["lr"] ** 2 * r[b])) if a in r and b in r and r[b] > 0 else None
 
     for g in groups + ["all"]:
         def key(x, g=g):
@@ -217,7 +220,7 @@ def report(d) -> str:
             lines.append(f"| {g} ({size}) | {lo}-{hi - 1} | {med(rs, ratio(key('noise'), key('signal')))} "
                          f"| {med(rs, ratio(key('grad_noise'), key('G2')))} "
                          f"| {med(rs, ratio(key('consensus'), key('w2')))} "
-                         f"| {med(rs, lambda r: r[key('consensus')] / (r['lr'] ** 2 * r[key('grad_noise')]) if key('grad_noise') in r and r[key('grad_noise')] > 0 else None)} "
+                         f"| {med(rs, per_lr2(key('consensus'), key('grad_noise')))} "
                          f"| {med(ds, ratio(key('drift_mean'), key('sgd_noise')))} "
                          f"| {med(ds, ratio(key('drift_rank'), key('sgd_noise')))} |")
     return "\n".join(lines)

@@ -56,6 +56,26 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
 
 
 @pytest.mark.mpi
+def test_sync_warmup_is_sync_then_local(tmp_path):
+    """``local``'s sync_warmup = W (issue 31): own data per rank; the first W steps
+    equal --algo sync bitwise with identical ranks, after them the ranks differ
+    (the local rule took over); without the option step 0 already differs."""
+    out = tmp_path / "w.npz"
+    worker = str(Path(__file__).with_name("sync_warmup_worker.py"))
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, worker, str(out)], capture_output=True, text=True,
+                       timeout=120, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = np.load(out)
+    sync = d["w_sync"]
+    for spec in ("pseudo-sync:local:1:sync_warmup=4", "pseudo-sync:local:2:sync_warmup=4"):
+        w, same = d[f"w_{spec}"], d[f"same_{spec}"]
+        assert np.array_equal(w[:4], sync[:4]) and same[:4].all(), spec
+        assert not same[4:].any() and not np.array_equal(w[4], sync[4]), spec
+    assert not np.array_equal(d["w_pseudo-sync:local:1"][0], sync[0])   # the check can fail
+    assert not d["same_pseudo-sync:local:1"][0]
+
+
+@pytest.mark.mpi
 def test_resume_is_bitwise_and_consensus_distance_bounded(tmp_path):
     rows, (_, w, _) = stop_resume_is_bitwise("pseudo-sync:adaptive-local:2", tmp_path, 7, 14)
     assert not np.array_equal(w[0], w[1])
@@ -227,6 +247,7 @@ def test_spec_and_replication():
     ("pseudo-sync:adaptive-local:lambda0=2", "adaptive-local: lambda0 must be in [0, 1], got 2.0"),
     ("pseudo-sync:adaptive-local:warmup=-1", "adaptive-local: warmup must be >= 0, got -1"),
     ("pseudo-sync:local:rho=0.9", "predictor 'local' has no option(s) rho"),
+    ("pseudo-sync:local:sync_warmup=-1", "local: sync_warmup must be >= 0"),
 ])
 def test_bad_options_say_what_to_write(text, message):
     with pytest.raises(ValueError) as e:

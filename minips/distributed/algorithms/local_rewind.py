@@ -84,6 +84,7 @@ class LocalRewindPredictor(LocalPredictor):
     """
 
     name = "local-rewind"
+    OPTIONS = ()
 
     def __init__(self, staleness: int = 1):
         super().__init__(staleness)

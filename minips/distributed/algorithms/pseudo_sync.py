@@ -222,6 +222,13 @@ class PseudoSyncSGD(Algorithm):
         if p.uses_local_gradient:  # keep g_t before the allreduce overwrites it with the sum
             with self.timer.phase("predict"):
                 p.observe_local(self.flat.grads[self.flat.current][:n])
+        if self.step_count < getattr(p, "sync_warmup", 0):  # local's synchronous start: d_t = G_t, now
+            self._post_fresh_gradient()
+            G, _ = self._complete_oldest()
+            self.apply_update(G[:n])
+            self.log = {}
+            self.end_step()
+            return
         self._post_fresh_gradient()
         self.log = {}
         d = None
