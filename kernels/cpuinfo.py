@@ -50,7 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["CPUInfo", "detect", "measure_fma_gflops", "measure_vector_peak", "fma_loop_ir", "measure_bandwidth_gbs"]
+__all__ = ["CPUInfo", "detect", "describe", "measure_fma_gflops",
+           "measure_vector_peak", "fma_loop_ir", "measure_bandwidth_gbs"]
 
 
 @dataclass
@@ -149,6 +150,23 @@ def detect() -> CPUInfo:
     model = fields.get("model name", platform.processor() or platform.machine())
     isa = 512 if "avx512f" in flags else (256 if flags & {"avx", "avx2", "fma"} else 128)
     return CPUInfo(model, vendor, cores_on_node(), simd, bits, units, ghz, source, isa)
+
+
+def describe() -> str:
+    """This CPU in one line, for the header of every timing file, e.g.
+    ``AMD EPYC, AuthenticAMD family 25 model 1, AVX2, 2 cores``.
+
+    The model name alone does not tell the CPU generation inside a virtual
+    machine ("AMD EPYC" was a Zen 3 in one session and a Zen 4 in another), so
+    the vendor's family and model numbers and the widest vector instruction set
+    go with it. Outside Linux the fields /proc/cpuinfo lacks are left out."""
+    from .threads import cores_on_node
+    fields = _cpuinfo_fields()
+    info = detect()
+    ident = " ".join(f"{k} {fields[f]}" for k, f in (("family", "cpu family"), ("model", "model")) if f in fields)
+    vendor = fields.get("vendor_id", "")
+    parts = [info.model, f"{vendor} {ident}".strip(), info.simd, f"{cores_on_node()} cores"]
+    return ", ".join(p for p in parts if p)
 
 
 @njit(fastmath=True, cache=True)

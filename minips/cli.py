@@ -151,6 +151,7 @@ def cmd_data(args) -> int:
 def cmd_algorithms(args) -> int:
     """List every registered algorithm (text, or JSON with ``--json``)."""
     import json
+    import textwrap
 
     from .distributed.algorithms import describe_algorithms
     rows = describe_algorithms()
@@ -162,7 +163,7 @@ def cmd_algorithms(args) -> int:
     for r in rows:
         ident = "ranks identical" if r["replicated"] else "ranks hold different weights"
         print(f"{r['name']}  [{r['family']}; {ident}]")
-        print(f"    {r['summary']}")
+        print(textwrap.fill(r["summary"], 100, initial_indent="    ", subsequent_indent="    "))
         if r["positional"]:
             print(f"    short form: {r['name']}:" + ":".join(p.upper() for p in r["positional"]))
         for o in r["options"]:
@@ -240,8 +241,11 @@ class Parser(argparse.ArgumentParser):
             if hints:
                 message += "\n" + "\n".join(hints)
             message += f"\n(all options: {parser.prog} --help)"
-        parser.print_usage(sys.stderr)
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
+        text = parser.format_usage() + f"{parser.prog}: error: {message}"
+        from .distributed.comm import fail_before_mpi, launched_by_mpi
+        if launched_by_mpi():  # every rank parses the same arguments: say it once for the job
+            raise SystemExit(fail_before_mpi(text, 2))
+        parser.exit(2, text + "\n")
 
     def _chosen_subparser(self, argv=None):
         """The (innermost) subcommand's parser named in the arguments, or None."""
@@ -317,14 +321,20 @@ def _load_optional():
 
 
 def main(argv=None) -> int:
-    """Entry point; returns the exit status. User errors print one line, not a traceback."""
-    args = build_parser().parse_args(argv)
+    """Entry point; returns the exit status. User errors print one line, not a
+    traceback; under mpiexec, once per job when caught before MPI starts."""
+    try:
+        args = build_parser().parse_args(argv)
+    finally:
+        interrupted = _end_startup_sigint_deferral()
     if getattr(args, "reference_kernels", None):
         from .kernels import REFERENCE_ENV
         os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
-    from .distributed.comm import launched_by_mpi
+    from .distributed.comm import fail_before_mpi, launched_by_mpi, mpi_started
     under_mpi = launched_by_mpi()
     try:
+        if interrupted:  # a Ctrl-C during the imports, held back until they were done
+            raise KeyboardInterrupt
         return args.func(args) or 0
     except BrokenPipeError:  # output piped into head/less that closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -335,9 +345,12 @@ def main(argv=None) -> int:
         if under_mpi and _world_size() > 1:
             from .distributed.comm import get_comm
             get_comm().abort(msg)  # ends every rank
-        print(msg, file=sys.stderr)
         if os.environ.get("MINIPS_TRACEBACK"):
+            print(msg, file=sys.stderr)
             raise
+        if under_mpi and not mpi_started():  # every rank has the same options: once for the job
+            return fail_before_mpi(msg, 2)
+        print(msg, file=sys.stderr)
         return 2
     except BaseException as e:  # noqa: BLE001 - any other failure must not leave ranks hanging
         # KeyboardInterrupt (SIGINT on one rank) and SystemExit (sys.exit on one
@@ -345,7 +358,24 @@ def main(argv=None) -> int:
         if under_mpi and _world_size() > 1:
             from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
+        if isinstance(e, KeyboardInterrupt) and not mpi_started():  # before any run: one line, not a traceback
+            return fail_before_mpi("interrupted (SIGINT) while starting, before MPI started; ending every rank (to "
+                                   "stop a run and keep a checkpoint, send SIGTERM or Ctrl-C to mpiexec once it "
+                                   "trains)" if under_mpi else "interrupted (SIGINT) while starting; nothing ran", 130)
         raise
+
+
+def _end_startup_sigint_deferral() -> bool:
+    """Give SIGINT back to Python's handler if ``python -m minips`` held it back
+    during the imports (minips/__init__.py); returns whether one arrived."""
+    import signal
+
+    import minips
+    if signal.getsignal(signal.SIGINT) is minips._note_startup_sigint:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    arrived = bool(minips._STARTUP_SIGINT)
+    minips._STARTUP_SIGINT.clear()
+    return arrived
 
 
 def _numba_cache_message(e: BaseException) -> str | None:

@@ -134,6 +134,8 @@ class TrainConfig:
         need(self.bucket_mb is None or self.bucket_mb >= 0, "--bucket-mb must be >= 0")
         need(0 <= self.val_fraction < 1, f"--val-fraction must be in [0, 1) (0 = no validation split; e.g. "
                                          f"0.1 holds out 10% of the training set), got {self.val_fraction}")
+        need(self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1 (samples per forward pass when "
+                                        f"evaluating; it only bounds memory, e.g. 500), got {self.eval_batch_size}")
         need(self.consensus_every >= 0, "--consensus-every must be >= 0 (0 = only at evaluations)")
         need(self.progress in ("none", "poll", "thread"),
              f"--progress must be none, poll or thread, got {self.progress!r}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import reference_kernels
+from .kernels import cpuinfo, reference_kernels
 from .timing import PHASES
 
-__all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "WARMUP_STEPS",
-           "UNITS"]
+__all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "warmup_seconds",
+           "WARMUP_STEPS", "UNITS"]
 
 #: the first steps of a process, left out of the timing means (Numba compiles its
 #: kernels in the first step, a pipeline fills): trace.csv marks them warmup = 1
@@ -30,8 +30,14 @@ UNITS = {
     "bytes_sent_per_rank": "bytes each rank sent during the training steps",
     "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
     "warmup_steps": "steps left out of the timing means",
+    "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
+                     "figures against wall time start after them",
+    "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
+                      "use: the ranks took turns, so the timings are not comparable",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
+    "cpu": "rank 0's CPU: model name, vendor family and model numbers, widest vector instruction set, cores",
+    "load_average_end": "the 1, 5 and 15 minute load averages of rank 0's machine when the run ended",
 }
 
 
@@ -90,12 +96,17 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
         "time_breakdown": breakdown, "time_other_s": None if step_time is None else step_time - sum(breakdown.values()),
         "step_time_s": step_time, "warmup_steps": skip,
+        "warmup_time_s": float(sum(trainer.step_times[:skip])),
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,
         "bytes_sent_per_step": float(np.mean(sent)) / steps_run,
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        "cpu": cpuinfo.describe(),  # the model name alone does not tell the CPU generation (Zen 3 or 4)
+        "load_average_end": _load_average(),
+        # {"ranks_on_node", "cores"} when more ranks than cores ran on a node (timings not comparable), else None
+        "oversubscribed": getattr(trainer, "oversubscribed", None),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
         "history": trainer.history,
@@ -106,6 +117,15 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
                                                              "consensus_distance"):
             out[k] = v
     return out
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages when the run ended (None where the OS has none)."""
+    import os
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _ordered(names) -> list[str]:
@@ -169,10 +189,29 @@ def time_to_target(summary: dict, target: float | None, metric: str = "test_accu
     return None
 
 
+def warmup_seconds(summary: dict, trace: list[dict] | None = None) -> float | None:
+    """Seconds of the run's warm-up steps (``warmup_steps``; the first includes
+    the JIT compile in a fresh process): the summary's ``warmup_time_s``, else
+    the sum of ``trace.csv``'s ``step_s`` over its ``warmup`` rows, or over its
+    first ``warmup_steps`` rows when the trace has no ``warmup`` column (runs
+    made before these were recorded); None when there is no trace either."""
+    if summary.get("warmup_time_s") is not None:
+        return float(summary["warmup_time_s"])
+    rows = [t for t in trace or [] if t.get("step_s") not in (None, "")]
+    if rows and "warmup" in rows[0]:
+        rows = [t for t in rows if str(t.get("warmup")) == "1"]
+    else:
+        rows = sorted(rows, key=lambda t: int(t["step"]))[:int(summary.get("warmup_steps", WARMUP_STEPS))]
+    return sum(float(t["step_s"]) for t in rows) if rows else None
+
+
 def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str = "test_accuracy") -> list[dict]:
     """One point per complete-epoch evaluation of a finished run: ``epoch``,
-    ``step``, ``wall_time_s`` (seconds since the start), ``mib_sent`` (MiB each
-    rank had sent by then: mean over ranks) and ``metric``'s value.
+    ``step``, ``wall_time_s`` (seconds since the start), ``wall_after_warmup_s``
+    (the same less the warm-up steps' seconds, :func:`warmup_seconds`: the
+    clock a figure should use, since the first run of a process also compiles
+    the kernels there; None when unknown), ``mib_sent`` (MiB each rank had sent
+    by then: mean over ranks) and ``metric``'s value.
 
     ``mib_sent`` is the running sum of ``trace.csv``'s ``bytes_sent`` (rank 0's,
     per step) over the steps before the evaluation, scaled by the mean over
@@ -193,6 +232,7 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
         for k in range(max(by_step) + 2):
             cum.append(acc)
             acc += by_step.get(k, 0.0)
+    warm = warmup_seconds(summary, trace)
     out = []
     for h in summary.get("history") or []:
         if h.get("partial") or h.get(metric) is None:
@@ -204,6 +244,8 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
             mib = step * summary["bytes_sent_per_step"] / 2**20
         else:
             mib = None
-        out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": h.get("wall_time_s"), "mib_sent": mib,
+        wall = h.get("wall_time_s")
+        out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": wall,
+                    "wall_after_warmup_s": None if wall is None or warm is None else wall - warm, "mib_sent": mib,
                     metric: h[metric]})
     return out

@@ -153,6 +153,7 @@ class Trainer:
         here = [cpus for host, cpus in everyone if host == mine[0]]
         cores = len(set().union(*map(set, here)))
         if len(here) > cores:
+            self.oversubscribed = {"ranks_on_node": len(here), "cores": cores}  # for summary.json and the reports
             self._say(f"note: {len(here)} ranks share {cores} core(s) on this node: they take turns, so each step "
                       f"waits for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or "
                       "fewer) for measurements")
@@ -180,9 +181,8 @@ class Trainer:
     def run(self) -> dict:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
-        out = check_out_dir(cfg.out)  # on every rank, before any work
-        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
-        self.build()
+        out = self.preflight()
+        comm.barrier()  # every rank passed its checks (one that failed never comes): only now is --out touched
         # Rank 0 creates the run folder and takes its lock (which also shows the
         # folder is writable) before any training: the outcome is broadcast so
         # every rank stops with the same message.
@@ -195,7 +195,7 @@ class Trainer:
             # only once the lock is ours: --overwrite must never clear a running run's files
             if lock is not None and cfg.overwrite and not cfg.resume:  # resuming keeps the checkpoint it reads
                 rundir.clear_run_files(out)
-        error = comm.bcast_obj(error)
+        error, owner = comm.bcast_obj((error, lock.owner if lock is not None else None))
         if error:
             raise rundir.RunFolderError(error)
         if lock is not None and lock.replaced:
@@ -203,12 +203,34 @@ class Trainer:
                       "host, which no longer runs")
         try:
             return self._run(out)
+        except BaseException:
+            # A failure here ends the whole job (the CLI aborts it), and the abort
+            # may kill rank 0 before its `finally` releases the lock: the failing
+            # rank removes rank 0's lock itself (only if it still holds rank 0's pid).
+            if owner is not None and comm.rank != 0:
+                rundir.release_lock_of(out / rundir.LOCK, owner)
+            raise
         finally:
             if lock is not None:
                 lock.release()
 
-    def _run(self, out: Path) -> dict:
-        cfg, comm = self.cfg, self.comm
+    def preflight(self) -> Path:
+        """Every check that can refuse the run, before anything in ``--out`` is
+        touched (so ``--overwrite`` never deletes a run that is then refused):
+        the output folder (not another run's, no earlier run's files unless
+        ``--overwrite``), the options (:meth:`build`), the checkpoint of
+        ``--resume`` (loaded here) and the staleness against the run's steps.
+        Collective. Returns the output folder.
+
+        Raises:
+            ConfigError, RunFolderError (another run holds the folder),
+            FileExistsError, CheckpointError: naming the fix.
+        """
+        cfg = self.cfg
+        out = check_out_dir(cfg.out)  # on every rank, before any work
+        rundir.check_unlocked(out)  # a folder another run is writing: say so (it holds that run's files too)
+        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
+        self.build()
         self.global_step = 0
         self.position = None  # (epoch, next batch) once known; None: from global_step
         self.history: list[dict] = []
@@ -216,19 +238,27 @@ class Trainer:
         self.trace_rows: list[dict] = []
         self.step_times: list[float] = []
         self.step_bytes: list[int] = []
+        self.oversubscribed: dict | None = None
         # The epoch in progress (kept in checkpoints, so that a resumed epoch's
         # train loss and seconds cover the whole epoch) and the seconds spent
         # before this process (a resumed run's wall time continues).
         self.epoch_losses: list[float] = []
         self.epoch_seconds_before = 0.0
         self.wall_before = 0.0
-        self._t_epoch = self._t_start = time.perf_counter()
         if cfg.resume:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
-            if self.global_step >= self.total_steps:
-                return self._nothing_to_train(out)
         self._check_staleness()
+        self.out = out
+        return out
+
+    def _run(self, out: Path) -> dict:
+        cfg, comm = self.cfg, self.comm
+        self._t_epoch = self._t_start = time.perf_counter()
+        if cfg.resume and self.global_step >= self.total_steps:
+            return self._nothing_to_train(out)
+        if comm.rank == 0:  # the header (and a resumed run's rows) before the first epoch ends
+            self._write_metrics(out)
         self._warn_if_busy()
         self._note_oversubscribed()
         self._warn_unseen_classes()
@@ -444,6 +474,8 @@ class Trainer:
                "wall_time_s": self.wall_seconds(), "partial": int(partial)}
         self.last_eval = row
         self.history = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
+        if self.comm.rank == 0:  # the row is on disk as soon as the epoch ends (a later crash keeps it)
+            self._write_metrics(getattr(self, "out", None) or Path(self.cfg.out))
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
             self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
@@ -531,9 +563,17 @@ class Trainer:
                                         self.trace_rows))
         return path
 
-    def _write_outputs(self, out: Path, summary: dict) -> None:
+    def _write_metrics(self, out: Path) -> None:
+        """``metrics.csv`` as the history stands: the header (once the run
+        starts), then one row more at the end of each epoch. Atomic: the file
+        is rewritten beside and renamed into place, so a crash leaves the
+        previous version whole (a row's columns are known only once its epoch
+        is evaluated, so the header may grow)."""
         keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
         rundir.write_csv(out / rundir.METRICS, self.history, keys)
+
+    def _write_outputs(self, out: Path, summary: dict) -> None:
+        self._write_metrics(out)
         rundir.write_json(out / rundir.SUMMARY, summary)
         if self.trace_rows:
             rundir.write_csv(out / rundir.TRACE, self.trace_rows)

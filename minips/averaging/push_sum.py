@@ -1,7 +1,7 @@
 """Push-sum (Kempe, Dobra & Gehrke, "Gossip-based computation of aggregate
 information", FOCS 2003), on directed and time-varying graphs. The paper
 titled "Gossip-Based Averaging, Estimation and Optimization" was not found;
-ALGORITHMS.md section 17 reads it as push-sum (RECONSTRUCTION of the identity;
+docs/specifications.md section 10 reads it as push-sum (RECONSTRUCTION of the identity;
 the rule itself is Kempe et al.'s).
 
 Every node keeps a numerator x_i (d floats) and a weight w_i; its estimate is

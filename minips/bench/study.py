@@ -14,6 +14,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
     target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
+    within_points = 0.5         # optional: the target "within 0.5 points of the baseline" (met / missed / unresolved)
+    contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -46,8 +48,9 @@ recorded as *diverged* (it is a result, not an error). While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
-``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
-the registry's baseline algorithm when the grid has it) and
+``OUT/G.md`` (mean, 95 % t interval and min-max over seeds, and each entry
+against the registry's baseline algorithm paired by seed when the grid has
+it) and
 ``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
 report: in ``G.md`` a table per learning-rate setting with one row per
 algorithm entry (its family, and per P the test metric, MiB sent per rank per
@@ -58,6 +61,16 @@ cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
 MiB sent, and its final value against MiB per step, labelled; drawn by
 :mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+
+Statistics (:mod:`minips.stats`): every cell is reported as its mean and
+95 % t interval over seeds; every entry is paired by seed with the baseline
+entry (the registry's baseline, sync), and the report says **better** /
+**worse** / **tie** from the 95 % t interval of the per-seed differences.
+Grid keys ``within_points = X`` (a target "within X points of the baseline":
+met / missed / unresolved, with the seeds that would resolve it) and
+``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
+``--contrast``, and ``--add-records OLD.json`` (count the runs an earlier
+study recorded, for seeds whose folders were not kept).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
 ``metric = "val_accuracy"`` (or ``"val_bleu"``), the report's first tables
@@ -351,6 +364,8 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
             "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
             "family": s.get("family"), "replicated": s.get("replicated"),
             "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
+            "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
+            "oversubscribed": s.get("oversubscribed"),
             "time_to_target": time_to_target(s, target, tm),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
 
@@ -561,6 +576,13 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
+    shared = [r for r in records if r.get("status") == "ok" and r.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        lines += [f"**Ranks shared cores** in {len(shared)} of {sum(r.get('status') == 'ok' for r in records)} "
+                  f"finished runs (P = {', '.join(map(str, sorted({r['P'] for r in shared})))}; e.g. "
+                  f"{o['ranks_on_node']} ranks on {o['cores']} core(s) of a node): their ranks took turns, so "
+                  "their times are not comparable; the metrics above do not depend on it.", ""]
     ranks = sorted({r["P"] for r in records})
     labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
     for lr_name, lr_opts in grid.lr.items():
@@ -644,10 +666,24 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
 
 
 def _oversubscribed(records: list[dict]) -> list[int]:
-    """The P whose ranks times threads per rank outnumber this machine's cores."""
+    """The P whose runs shared cores: the run itself saw more ranks than cores
+    on a node (summary.json's ``oversubscribed``), or its ranks times threads
+    per rank outnumber this machine's cores."""
     cores = cores_on_node()
     return sorted({r["P"] for r in records
-                   if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
+                   if r.get("status") == "ok" and (r.get("oversubscribed")
+                                                   or r["P"] * (r.get("threads_per_rank") or 1) > cores)})
+
+
+def _machines(records: list[dict]) -> str:
+    """Where the times were taken: the CPUs and the range of end-of-run load averages the runs recorded."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    cpus = sorted({r["cpu"] for r in ok if r.get("cpu")})
+    loads = [r["load_average_end"][0] for r in ok if r.get("load_average_end")]
+    if not cpus:
+        return "Times taken on a CPU the runs did not record (runs made before summary.json recorded it)."
+    load = f"; 1-minute load average at the runs' ends {min(loads):g}-{max(loads):g}" if loads else ""
+    return f"Times taken on: {'; '.join(cpus)}{load}."
 
 
 def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = None) -> str:
@@ -731,7 +767,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                    f"(times threads per rank) than the {cores_on_node()} cores of the machine writing this report "
                    "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
-               "whose ranks stay identical.")
+               "whose ranks stay identical. ")
+    cap.append(_machines(records))
     return "\n".join(lines) + "\n" + "".join(cap) + "\n"
 
 
@@ -745,7 +782,9 @@ def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
     for i in range(k):
         pts = [c[i] for c in curves]
         mib = [p.get("mib_sent") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
         out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
                     "mib_sent": None if None in mib else statistics.fmean(mib),
                     metric: statistics.fmean(p[metric] for p in pts)})
     return out

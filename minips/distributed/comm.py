@@ -54,7 +54,8 @@ import numpy as np
 from . import costmodel
 from .costmodel import NetworkModel, parse_network
 
-__all__ = ["PROGRESS_MODES", "Comm", "NeighborGraph", "Request", "get_comm", "launched_by_mpi", "run_or_abort"]
+__all__ = ["PROGRESS_MODES", "Comm", "NeighborGraph", "Request", "get_comm", "launched_by_mpi", "run_or_abort",
+           "fail_before_mpi", "launcher_world", "mpi_started"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -910,12 +911,21 @@ class Comm:
         if self.size > 1:
             self.mpi.Barrier()
 
-    def abort(self, message: str, code: int = 1) -> None:
-        """Print ``message`` (prefixed with the rank) to stderr and end the whole
-        job with ``MPI_Abort``, so no rank waits forever on a dead peer."""
-        sys.stderr.write(f"[minips rank {self.rank}] {message}\n")
-        sys.stderr.flush()
+    def abort(self, message: str, code: int = 1, prefix: bool = True) -> None:
+        """Print ``message`` (prefixed with the rank unless ``prefix`` is False)
+        to stderr and end the whole job with ``MPI_Abort``, so no rank waits
+        forever on a dead peer.
+
+        The message must reach the terminal before the abort: the process
+        manager kills every rank and may end before it forwards what is still in
+        a rank's output pipe (seen as a failed job with no output at all when
+        the launcher was slow to be scheduled), so this waits until the pipe is
+        read (:func:`_drain_output`), then silences MPICH's own abort line (the
+        message has said it all) and aborts."""
+        sys.stderr.write(f"[minips rank {self.rank}] {message}\n" if prefix else f"{message}\n")
+        _drain_output()
         if self.size > 1:
+            _silence_stderr()
             self.mpi.Abort(code)
         raise SystemExit(code)
 
@@ -927,6 +937,11 @@ class Comm:
 
 
 _world: Comm | None = None
+
+
+def mpi_started() -> bool:
+    """Whether this process has created its world communicator (:func:`get_comm`)."""
+    return _world is not None
 
 
 def get_comm(network=None, progress: str = "poll") -> Comm:
@@ -944,6 +959,97 @@ def get_comm(network=None, progress: str = "poll") -> Comm:
             _world.progress_mode = progress
             _world._thread = _ProgressThread() if (progress == "thread" and _world.size > 1) else None
     return _world
+
+
+#: Seconds a rank other than 0 that failed before MPI started waits for rank 0
+#: (which, given the same options, fails alike) to end the job before it
+#: reports its own error (see :func:`fail_before_mpi`).
+FAIL_BEFORE_MPI_GRACE_S = 5.0
+
+
+def _drain_output(timeout: float = 5.0) -> None:
+    """Flush stdout and stderr and wait (at most ``timeout`` seconds) until the
+    reader of each (mpiexec's proxy, when they are pipes or sockets) has taken
+    everything written: the bytes still in the pipe (``FIONREAD``) or the
+    socket's send queue (``TIOCOUTQ``). A terminal or a file is written once
+    ``write`` returns: no wait. Any error ends the wait (it only delays)."""
+    import stat
+    try:
+        import fcntl
+        import struct
+        import termios
+    except ImportError:  # not a POSIX system
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+            fd = stream.fileno()
+            mode = os.fstat(fd).st_mode
+        except (AttributeError, OSError, ValueError):
+            continue
+        request = termios.FIONREAD if stat.S_ISFIFO(mode) else termios.TIOCOUTQ if stat.S_ISSOCK(mode) else None
+        deadline = time.monotonic() + timeout
+        while request is not None and time.monotonic() < deadline:
+            try:
+                unread = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+            except OSError:
+                break
+            if unread <= 0:
+                break
+            time.sleep(0.002)
+
+
+def _silence_stderr() -> None:
+    """Point file descriptor 2 at /dev/null (MPI_Abort's own line, after minips' message)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    except OSError:
+        pass
+
+
+def launcher_world() -> tuple[int | None, int | None]:
+    """(rank, size) of this process as its launcher's environment says (MPICH/
+    Hydra ``PMI_RANK``/``PMI_SIZE``, Open MPI, Slurm), before MPI starts; None
+    for what the environment does not say."""
+    def first(*names):
+        for n in names:
+            try:
+                return int(os.environ[n])
+            except (KeyError, ValueError):
+                continue
+        return None
+    return (first("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"),
+            first("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
+
+
+def fail_before_mpi(message: str, code: int) -> int:
+    """Report an error that a process caught before MPI started (a bad option,
+    a Ctrl-C during its imports) once for the whole job, and end every rank.
+
+    Without MPI, or on one rank: prints ``message`` to stderr and returns
+    ``code``. Under a launcher with several ranks, a plain exit would print the
+    message once per rank (every rank parses the same options) and, when only
+    some ranks fail, leave the others waiting in ``MPI_Init``. So the rank
+    starts MPI too (:func:`get_comm`: ``MPI_Init`` and the first barrier,
+    which the healthy ranks reach on their way), then rank 0 prints the message
+    and aborts the job; another rank first waits
+    :data:`FAIL_BEFORE_MPI_GRACE_S` seconds for rank 0, which fails alike when
+    the error comes from the options, and only then prints its own message
+    (prefixed with its rank) and aborts. Does not return then.
+    """
+    rank, size = launcher_world()
+    if launched_by_mpi() and size != 1:
+        try:
+            comm = get_comm()
+        except BaseException:  # noqa: BLE001 - MPI cannot start (missing, or its own error): say it here
+            comm = None
+        if comm is not None and comm.size > 1:
+            if comm.rank != 0:
+                time.sleep(FAIL_BEFORE_MPI_GRACE_S)
+            comm.abort(message, code, prefix=comm.rank != 0)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    return code
 
 
 def run_or_abort(fn, *args, **kwargs):

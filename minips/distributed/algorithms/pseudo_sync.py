@@ -90,7 +90,8 @@ class PseudoSyncSGD(Algorithm):
     name = "pseudo-sync"
     family = "stale gradient averaging"
     paper = ("Wen, Qiu, Zhang, Huang, Xiao & Lin, Accelerating Massively Distributed Deep Learning Through "
-             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024)")
+             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024); the update and the "
+             "adaptive predictor (AESP) are our formulation (reconstruction), docs/specifications.md section 2")
     POSITIONAL = ("predictor", "staleness")
     #: the paper's measured weak-scaling efficiency (where, {nodes: E(P)})
     reported_efficiency = ("Tianhe-II", {64: 0.934, 128: 0.905})
