@@ -52,6 +52,8 @@ class LayerwiseLocalPredictor(LocalPredictor):
 
     pseudo-sync hands the tensors' places in the flat buffer to
     :meth:`set_layout` before the first step; the payload is then 2L float32.
+    Without a layout (the predictor driven on its own) the whole buffer is one
+    tensor: ``adaptive-local``'s rule with ``lambda0 = 1``.
 
     Args:
         staleness: k >= 1.
@@ -95,6 +97,11 @@ class LayerwiseLocalPredictor(LocalPredictor):
         self.added_l = np.ones((self.k + 1, L))       # the lambdas each gradient in the ring was added with
         self.num, self.den = np.zeros(L), np.zeros(L)
         self.q, self.cc = np.zeros((self.k, L)), np.zeros((self.k, L))   # <G_{j-k}, c_j>_l, <c_j, c_j>_l
+
+    def observe_local(self, g):
+        if self.starts is None:   # no layout given (a predictor used outside pseudo-sync): one tensor, all of g
+            self.set_layout([(0, g.size)])
+        super().observe_local(g)
 
     def _per_element(self, lam):
         return np.repeat(lam.astype(np.float32), self.sizes)
