@@ -127,7 +127,7 @@ def use_direct(g: ConvGeometry) -> bool:
 _u = np.uintp
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _pad(x, ph, pw, xp):
     """xp = x with ph zero rows above and below and pw zero columns left and right."""
     N, C, H, W = x.shape
@@ -152,7 +152,7 @@ def pad(x: np.ndarray, ph: int, pw: int) -> np.ndarray:
 
 
 # --- im2col / col2im ---------------------------------------------------------------
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _im2col(xp, R, S, sh, sw, P, Q, cols):
     N, C = xp.shape[0], xp.shape[1]
     PQ = P * Q
@@ -167,7 +167,7 @@ def _im2col(xp, R, S, sh, sw, P, Q, cols):
                         cols[row, _u(dst + q)] = xp[n, c, p * sh + r, _u(q * sw + s)]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _col2im(cols, R, S, sh, sw, ph, pw, P, Q, gx):
     N, C, H, W = gx.shape
     PQ = P * Q
@@ -212,7 +212,7 @@ def col2im(cols: np.ndarray, g: ConvGeometry) -> np.ndarray:
 
 
 # --- layout changes around the matrix products ---------------------------------------
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _knpq_to_nkpq_bias(y2, b, y):
     """y[n, k] = y2[k, n*PQ:(n+1)*PQ] + b[k]: matrix-product layout -> NCHW."""
     N, K, PQ = y.shape
@@ -222,7 +222,7 @@ def _knpq_to_nkpq_bias(y2, b, y):
             y[n, k, j] = y2[k, _u(n * PQ + j)] + b[k]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _nkpq_to_knpq_sum(gy, gy2, gb):
     """gy2[k, n*PQ + j] = gy[n, k, j] and gb[k] = sum of gy[:, k]: NCHW ->
     matrix-product layout, with the bias gradient computed on the way."""
@@ -240,7 +240,7 @@ def _nkpq_to_knpq_sum(gy, gy2, gb):
 
 
 # --- direct forward (few input channels, stride 1) ----------------------------------------
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _direct_forward(xp, w, b, y):
     Hp, Wp = xp.shape[2], xp.shape[3]
     K, C, R, S = w.shape

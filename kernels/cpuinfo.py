@@ -169,7 +169,7 @@ def describe() -> str:
     return ", ".join(p for p in parts if p)
 
 
-@njit(fastmath=True, cache=True)
+@njit(fastmath=True, cache=True, nogil=True)
 def _fma_chains(n, a, b):
     # 64 independent accumulators: enough vector registers' worth of separate
     # dependency chains to keep every FMA unit busy despite its latency.
@@ -311,7 +311,7 @@ def measure_vector_peak(info: CPUInfo | None = None, seconds: float = 0.6) -> di
                        f"{rounds} runs")}
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _copy(src, dst):
     for i in prange(src.size):
         dst[i] = src[i]

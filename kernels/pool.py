@@ -58,7 +58,7 @@ def pool_output_size(x_shape, kernel, stride):
 _u = np.uintp
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _maxpool_forward(x, kh, kw, sh, sw, y, argmax):
     N, C, H, W = x.shape
     P, Q = y.shape[2], y.shape[3]
@@ -80,7 +80,7 @@ def _maxpool_forward(x, kh, kw, sh, sw, y, argmax):
                 argmax[n, c, p, q] = where
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _maxpool2x2_forward(x, y, argmax):
     # The same for the window every CNN uses, 2x2 with stride 2. With the
     # sizes known to the compiler it loads whole vectors of x and splits even
@@ -107,7 +107,7 @@ def _maxpool2x2_forward(x, y, argmax):
                 argmax[n, c, p, q] = where
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _maxpool_backward(gy, argmax, gx):
     # gy, argmax: (N*C, P*Q); gx: (N*C, H*W)
     for plane in prange(gx.shape[0]):
@@ -116,7 +116,7 @@ def _maxpool_backward(gy, argmax, gx):
             gx[plane, _u(argmax[plane, j])] += gy[plane, j]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _avgpool_forward(x, kh, kw, sh, sw, y):
     N, C, H, W = x.shape
     P, Q = y.shape[2], y.shape[3]
@@ -139,7 +139,7 @@ def _avgpool_forward(x, kh, kw, sh, sw, y):
                 y[n, c, p, q] *= inv
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _avgpool_backward(gy, kh, kw, sh, sw, gx):
     N, C, H, W = gx.shape
     P, Q = gy.shape[2], gy.shape[3]

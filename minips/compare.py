@@ -126,10 +126,13 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
     metric = metric_cols[0][0]
     ratios = [traffic_ratio(s, summaries) for s in summaries]
     has_ratio = any(r is not None for r in ratios)
-    head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), "images/s",
-            "step ms", "compute ms", "wait ms", "own ms", "overlap eff.", "MiB sent/step",
-            *([f"sent vs {BASELINE}"] if has_ratio else []), *([f"s to {target:g}"] if target is not None else []),
-            "wall s"]
+    virt = any(s.get("virtual") for s in summaries)  # ranks were threads: times are not a cluster's
+    tag = " (VIRTUAL)" if virt else ""
+    net = next((s.get("projected_network") for s in summaries if s.get("projected_network")), "")
+    head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), f"images/s{tag}",
+            f"step ms{tag}", *([f"projected step ms ({net})"] if virt else []), "compute ms", "wait ms", "own ms",
+            "overlap eff.", "MiB sent/step", *([f"sent vs {BASELINE}"] if has_ratio else []),
+            *([("projected " if virt else "") + f"s to {target:g}"] if target is not None else []), f"wall s{tag}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s, ratio in zip(summaries, ratios):
         b = s["time_breakdown"]
@@ -138,7 +141,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
         cons = s.get("consensus_distance")
         row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols],
                *([("-" if cons is None else f"{cons:.3g}")] if diverse else []), f"{s['images_per_s']:.0f}",
-               f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
+               f"{1e3 * s['step_time_s']:.2f}",
+               *([_ms(s.get("projected_step_time_s"))] if virt else []), f"{1e3 * (b['forward'] + b['backward']):.2f}",
                f"{1e3 * b['wait']:.2f}", f"{1e3 * _own(b):.2f}", "n/a" if eff is None else f"{eff:.2f}",
                _mib(s.get("bytes_sent_per_step")),
                *(["n/a" if ratio is None else f"{ratio:.3g}x"] if has_ratio else []),
@@ -153,8 +157,15 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
                  "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
                  "(1/P) sum_i ||w_i - mean w||^2 at the end of training (the evaluation after the last step; "
-                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")]
+                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")
+              + (f" VIRTUAL: the ranks were threads of one process, so measured times are not cluster times; "
+                 f"projected = the algorithm's cost model on {net} at this P from the compute measured per rank"
+                 + (" (times to the target use it)" if target is not None else "") + "." if virt else "")]
     return "\n".join(lines)
+
+
+def _ms(v):
+    return "n/a" if v is None else f"{1e3 * v:.2f}"
 
 
 def _fmt(v):
@@ -245,11 +256,13 @@ def _write_report(out: Path, summaries: list[dict], runs: list[tuple], target, s
     finished so far; returns the markdown."""
     first = summaries[0]
     network = "EMULATED " + first["network"] if first["network_emulated"] else "real"
+    where = (f"VIRTUAL ranks (threads of one process), times projected on {first.get('projected_network')}"
+             if first.get("virtual") else f"network: {network}")
     header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
               f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
               f"epoch(s) of {first['epochs_planned']} planned), "
               + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {first['seed']}")
-              + f", network: {network}, progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, "
+              + f", {where}, progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, "
               f"load average at the end {first.get('load_average_end')}\n\n")
     shared = [s for s in summaries if s.get("oversubscribed")]
     if shared:
@@ -382,5 +395,9 @@ def _cmd_compare(args) -> int:
     if args.within is not None and (seeds is None or len(seeds) < 2):
         raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
                           "interval over seeds)")
-    run_compare(cfg, parse_algos(args.algos), cfg.out, target, seeds, args.within)
+    algos = parse_algos(args.algos)
+    if cfg.virtual_ranks:
+        from .cli import run_virtual
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
     return 0

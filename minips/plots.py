@@ -150,28 +150,37 @@ def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
     """Two panels: ``metric`` against epoch (integer ticks) and against
     wall-clock seconds, counted from the end of the warm-up steps when every
     run's are known (:func:`wall_clock`): the first run of a process also
-    compiles the kernels, which would shift it right by tens of seconds."""
+    compiles the kernels, which would shift it right by tens of seconds. When
+    every run was on virtual ranks (whose wall clock is not a cluster's), the
+    second panel is against the projected time (steps x the cost model's step
+    time) instead."""
     from matplotlib.ticker import MaxNLocator
 
     from .report import evaluation_curve
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    virtual = bool(runs) and all(r["summary"].get("virtual") for r in runs)
     curves = {r["name"]: evaluation_curve(r["summary"], r.get("trace"), metric) for r in runs}
-    key, wall_label = wall_clock(list(curves.values()))
+    if virtual:
+        net = next((r["summary"].get("projected_network") for r in runs), None)
+        key, wall_label = "projected_time_s", f"projected time on {net} (s): steps x the cost model's step time"
+    else:
+        key, wall_label = wall_clock(list(curves.values()))
     for r in runs:
         c = curves[r["name"]]
         if not c:  # no complete epoch, or not this metric
             continue
         st = _style(runs, r)
         a.plot([p["epoch"] for p in c], [p[metric] for p in c], label=r["name"], **st)
-        b.plot([p[key] for p in c], [p[metric] for p in c], label=r["name"], **st)
+        if all(p.get(key) is not None for p in c):  # (a virtual run of an algorithm without a cost model: none)
+            b.plot([p[key] for p in c], [p[metric] for p in c], label=r["name"], **st)
     a.set_xlabel("epoch")
     # min_n_ticks=1: with one epoch the view spans less than one unit, and the default
     # (2 integer ticks or none) falls back to ticks such as 0.975, 1.005
     a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     b.set_xlabel(wall_label, fontsize=8)
     a.set_title(f"{metric.replace('_', ' ')} per epoch")
-    b.set_title(f"{metric.replace('_', ' ')} against wall time")
+    b.set_title(f"{metric.replace('_', ' ')} against " + ("projected time (VIRTUAL ranks)" if virtual else "wall time"))
     for ax in (a, b):
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -215,7 +224,9 @@ def plot_breakdown(runs, path) -> None:
         ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
     ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
     ax.set_xlabel("ms per step (mean over steps and ranks)")
-    ax.set_title("timing breakdown per step")
+    virtual = any(r["summary"].get("virtual") for r in runs)
+    ax.set_title("timing breakdown per step" + (" (VIRTUAL ranks: threads of one process, not cluster times)"
+                                                if virtual else ""))
     ax.grid(axis="x", alpha=0.3)
     _legend_beside(ax, fig)
     fig.tight_layout()
@@ -433,7 +444,9 @@ def _method_styles(methods) -> list[dict]:
 
 
 _CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
-               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent")}
+               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent"),
+               "projected_time_s": ("projected time (s): steps x the cost model's step time",
+                                    "against projected time (VIRTUAL ranks)")}
 #: the wall-time axis when every run's warm-up seconds are known (minips.report.warmup_seconds)
 WALL_AFTER_WARMUP = ("wall time after the warm-up steps (s; their JIT compile, paid by a process's first run, "
                      "left out)")
@@ -465,7 +478,9 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     sent any bytes, as with one process).
 
     Raises:
-        ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
+        ValueError: ``x`` is not ``"wall_time_s"``, ``"mib_sent"`` or
+            ``"projected_time_s"`` (runs on virtual ranks: steps x the cost
+            model's step time, :func:`minips.report.project`).
     """
     if x not in _CURVE_AXES:
         raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")

@@ -30,6 +30,13 @@ UNITS = {
     "bytes_sent_per_rank": "bytes each rank sent during the training steps",
     "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
     "warmup_steps": "steps left out of the timing means",
+    "virtual": "true when the ranks were threads of one process (--virtual-ranks): measured times are not "
+               "cluster times",
+    "projected_step_time_s": "virtual runs: seconds per step the algorithm's cost model gives at this P on "
+                             "projected_network, from projected_profile_s",
+    "projected_profile_s": "virtual runs: thread CPU seconds per step of forward, backward, update and predictor, "
+                           "mean over steps after the warm-up and over ranks",
+    "projected_time_s": "virtual runs, per history row: step x projected_step_time_s (what time-to-accuracy uses)",
     "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
                      "figures against wall time start after them",
     "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
@@ -109,14 +116,57 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "oversubscribed": getattr(trainer, "oversubscribed", None),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
+        "virtual": comm.virtual,
         "history": trainer.history,
         "units": UNITS,
     }
+    if comm.virtual:  # what each rank computed, without its turns waiting for a core: thread CPU seconds
+        cpu = algo.timer.mean_cpu(skip)
+        cpu = {k: comm.allreduce_scalar(cpu.get(k, 0.0)) / comm.size for k in ("forward", "backward", "update",
+                                                                                "predict")}
+        out.update(project(trainer, cpu))
     for k, v in last.items():
         if k.startswith(("test_", "val_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy",
                                                              "consensus_distance"):
             out[k] = v
     return out
+
+
+#: the network whose cost model projects the step time of a virtual run given no --network
+PROJECTION_NETWORK = "10gbe"
+
+
+def project(trainer, breakdown: dict) -> dict:
+    """What a run on virtual ranks would take per step on a cluster: the
+    algorithm's own cost model (``step_time``) at this P on the run's
+    ``--network`` (default :data:`PROJECTION_NETWORK`), from ``breakdown``,
+    the profile measured here per rank (seconds per step of forward, backward,
+    update and predictor: the summary passes the ranks' mean thread CPU
+    seconds, one thread per rank; the algorithm's other phases wait for the
+    other virtual ranks, so they are left out). Sets ``projected_time_s`` =
+    step x that time on every history row. Returns the summary's
+    ``projected_*`` entries (the step time None when the algorithm has no cost
+    model)."""
+    from .distributed.costmodel import parse_network
+    from .distributed.projection import StepProfile, step_time
+
+    cfg, comm, algo = trainer.cfg, trainer.comm, trainer.algo
+    net = cfg.network or PROJECTION_NETWORK
+    flat = algo.flat
+    prof = StepProfile(forward=breakdown.get("forward", 0.0), backward=breakdown.get("backward", 0.0),
+                       update=breakdown.get("update", 0.0), predict=breakdown.get("predict", 0.0),
+                       grad_bytes=4.0 * sum(p.data.size for p in flat.params),
+                       buckets=tuple(4.0 * sum(flat.params[i].data.size for i in b.param_ids) for b in flat.buckets),
+                       shapes=tuple(p.data.shape for p in flat.params))
+    try:
+        t = step_time(trainer.spec, prof, comm.size, net)
+    except ValueError:
+        t = None
+    for row in trainer.history:
+        row["projected_time_s"] = None if t is None else row["step"] * t
+    model = parse_network(net)
+    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
+            "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update", "predict")}}
 
 
 def _load_average() -> list[float] | None:
@@ -139,6 +189,8 @@ def format_breakdown(summary: dict) -> str:
     b = summary["time_breakdown"]
     step = summary["step_time_s"]
     emulated = f" [EMULATED network: {summary['network']}]" if summary["network_emulated"] else ""
+    if summary.get("virtual"):
+        emulated = " [VIRTUAL ranks: threads of one process, not cluster times]"
     lines = [f"timing per step (mean over steps and ranks){emulated}:"]
     for k in _ordered(b):
         if k in ("forward", "backward", "wait", "update") or b[k] > 0:
@@ -148,6 +200,10 @@ def format_breakdown(summary: dict) -> str:
     lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s "
                  "in the step (all ranks; the whole run, evaluations and warm-up included: "
                  f"{summary.get('wall_images_per_s') or 0:.0f} images/s)")
+    if summary.get("virtual") and summary.get("projected_step_time_s") is not None:
+        lines.append(f"  projected {summary['projected_step_time_s'] * 1e3:9.2f} ms per step on "
+                     f"{summary['projected_network']} (the algorithm's cost model at P = {summary['world_size']} "
+                     "from the compute measured per rank)")
     if summary.get("bytes_sent_per_step") is not None and summary.get("world_size", 1) > 1:
         lines.append(f"  sent     {summary['bytes_sent_per_step'] / 2**20:9.3f} MiB per step per rank (mean)")
     if summary.get("overlap_efficiency") is not None:
@@ -179,13 +235,16 @@ def time_to_target(summary: dict, target: float | None, metric: str = "test_accu
     """Wall seconds of training until the first evaluation whose ``metric`` is
     at or above ``target`` (the ``wall_time_s`` of that ``history`` row, so
     evaluations happen once per epoch and the time includes the ones before);
+    for a run on virtual ranks, whose wall time is not a cluster's, the
+    ``projected_time_s`` of that row (steps x the cost model's step time);
     None when no evaluation reached it or no target is given. Used by
     ``compare`` and ``bench study`` alike."""
     if target is None:
         return None
+    when = "projected_time_s" if summary.get("virtual") else "wall_time_s"
     for row in summary.get("history") or []:
-        if row.get(metric) is not None and row[metric] >= target and row.get("wall_time_s") is not None:
-            return float(row["wall_time_s"])
+        if row.get(metric) is not None and row[metric] >= target and row.get(when) is not None:
+            return float(row[when])
     return None
 
 
@@ -247,5 +306,5 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
         wall = h.get("wall_time_s")
         out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": wall,
                     "wall_after_warmup_s": None if wall is None or warm is None else wall - warm, "mib_sent": mib,
-                    metric: h[metric]})
+                    "projected_time_s": h.get("projected_time_s"), metric: h[metric]})
     return out

@@ -28,7 +28,7 @@ from . import report, rundir
 from .config import ConfigError, TrainConfig, check_out_dir, load_config  # noqa: F401 - the public API
 from .stop import StopAgreement
 
-__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train"]
+__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train", "run_config"]
 
 
 class _NullBar:
@@ -57,8 +57,14 @@ class Trainer:
         self.spec = cfg.resolve_algo()  # a bad --algo fails here, before any work
         from .distributed.comm import get_comm
         self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress)
+        if cfg.virtual_ranks and not (self.comm.virtual and self.comm.size == cfg.virtual_ranks):
+            raise ConfigError(f"virtual_ranks = {cfg.virtual_ranks} starts that many ranks as threads: run it with "
+                              "minips.train.train(...) or python -m minips train --virtual-ranks P (a Trainer is "
+                              "one rank)")
         from .kernels import configure_threads
-        self.threads = configure_threads(self.comm.local_size)
+        from .kernels.threads import set_threads
+        # a virtual rank is a thread among P: one Numba thread each (BLAS is one for the whole job)
+        self.threads = set_threads(1, blas=False) if self.comm.virtual else configure_threads(self.comm.local_size)
 
     # --- building blocks ----------------------------------------------------------
     def build(self):
@@ -259,8 +265,9 @@ class Trainer:
             return self._nothing_to_train(out)
         if comm.rank == 0:  # the header (and a resumed run's rows) before the first epoch ends
             self._write_metrics(out)
-        self._warn_if_busy()
-        self._note_oversubscribed()
+        if not comm.virtual:  # virtual ranks take turns on the cores by design, one thread each
+            self._warn_if_busy()
+            self._note_oversubscribed()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "
@@ -353,16 +360,17 @@ class Trainer:
                 self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
             losses = self.epoch_losses
-            t_step = time.perf_counter()
+            t_step, cpu_step = time.perf_counter(), time.process_time()
             batches, b = self.loader.batches(start_batch), start_batch
             while b + self.algo.batches_per_step() <= self.steps_per_epoch:
                 group = [next(batches) for _ in range(self.algo.batches_per_step())]
                 b += len(group)
                 self.position = (epoch, b)
                 loss = self._train_step(group, epoch)
-                now = time.perf_counter()
+                now, cpu_now = time.perf_counter(), time.process_time()
                 self.step_times.append(now - t_step)  # whole iteration, data slicing included
-                t_step = now
+                cpu = cpu_now - cpu_step  # the process's CPU seconds, all threads (virtual ranks: all ranks)
+                t_step, cpu_step = now, cpu_now
                 losses.append(loss)
                 samples += sum(self.task.samples(batch) for batch in group)
                 row = None
@@ -370,7 +378,7 @@ class Trainer:
                     # seconds columns end in _s; warmup = 1: a step of this process's first
                     # report.WARMUP_STEPS (JIT compile, pipeline fill), left out of summary.json's means
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
-                           "step_s": self.step_times[-1], "bytes_sent": self.step_bytes[-1],
+                           "step_s": self.step_times[-1], "process_cpu_s": cpu, "bytes_sent": self.step_bytes[-1],
                            "warmup": int(len(self.step_times) <= report.WARMUP_STEPS),
                            **{f"{k}_s": v for k, v in self._last_phases.items()}, **self.algo.log}
                     self.trace_rows.append(row)
@@ -379,11 +387,12 @@ class Trainer:
                 if self.global_step % 20 == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
                 if not self.algo.replicated and cfg.consensus_every and self.global_step % cfg.consensus_every == 0:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     dist = self.algo.consensus_distance()  # outside the timed step
                     if row is not None:
                         row["consensus_distance"] = dist
                     t_step += time.perf_counter() - t0
+                    cpu_step += time.process_time() - c0
                 if cfg.check_replicas and self.global_step % cfg.check_replicas == 0:
                     self.check_replicas()
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
@@ -419,8 +428,9 @@ class Trainer:
     def measure_comm_alone(self, repeats: int = 5) -> float | None:
         """Median seconds of a blocking allreduce of the whole gradient with
         nothing else running: the denominator of the overlap efficiency.
-        None on one rank (there is no communication). Not counted in bytes sent."""
-        if self.comm.size == 1:
+        None on one rank (there is no communication) and on virtual ranks (an
+        in-process sum is not a network's allreduce). Not counted in bytes sent."""
+        if self.comm.size == 1 or self.comm.virtual:
             return None
         buf = np.zeros(self.algo.flat.numel, np.float32)
         times = []
@@ -593,5 +603,25 @@ def _split_batch(batch, n: int) -> list:
 
 
 def train(**options) -> dict:
-    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it."""
-    return Trainer(TrainConfig(**options)).run()
+    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it
+    (with ``virtual_ranks=P``, on P virtual ranks: see :func:`run_config`)."""
+    return run_config(TrainConfig(**options))
+
+
+def run_config(cfg: TrainConfig) -> dict:
+    """Run ``cfg`` here: one rank of the job this process belongs to, or, with
+    ``cfg.virtual_ranks`` = P, all P ranks as threads of this process
+    (:func:`minips.distributed.comm.virtual.run`). Returns (rank 0's) summary.
+
+    Raises:
+        ConfigError: a bad option; as :meth:`Trainer.run`, on virtual ranks
+            with a note naming the rank that raised first.
+    """
+    if not cfg.virtual_ranks:
+        return Trainer(cfg).run()
+    import copy
+
+    from .distributed.comm import virtual
+    cfg.validate()
+    return virtual.run(cfg.virtual_ranks, lambda: Trainer(copy.deepcopy(cfg)).run(), network=cfg.network,
+                       progress=cfg.progress)[0]

@@ -191,7 +191,7 @@ def test_the_message_is_read_before_the_abort(monkeypatch):
     c = mcomm.Comm.__new__(mcomm.Comm)
     c.rank, c.size, c.mpi = 1, 2, FakeMPI
     monkeypatch.setattr(sys, "stderr", os.fdopen(w, "w"))
-    monkeypatch.setattr(mcomm, "_silence_stderr", lambda: None, raising=False)  # (absent before the fix)
+    monkeypatch.setattr(mcomm.mpi, "silence_stderr", lambda: None, raising=False)  # (absent before the fix)
 
     def reader():
         time.sleep(0.5)  # a launcher scheduled late

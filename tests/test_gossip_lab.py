@@ -28,7 +28,7 @@ import pytest
 
 from minips.averaging import METHODS, make_method
 from minips.averaging.base import greedy_matching
-from minips.averaging.engines import VirtualCluster
+from minips.averaging.engines import VectorisedCluster
 from minips.averaging.graph import make_graph
 from minips.averaging.lab import initial_values, simulate
 from minips.averaging.periodic import period_lambda2
@@ -92,7 +92,7 @@ def test_every_method_keeps_the_mean(method):
     g = make_graph(top, 24)
     m = make_method(method, g, seed=3)
     x0 = initial_values(24, 3, seed=3)
-    m.start(VirtualCluster(24), x0)
+    m.start(VectorisedCluster(24), x0)
     for t in range(40 if method != "push-sum" else 300):  # a directed ring mixes slowly
         m.step(t)
         if method == "push-sum":  # the weighted mean: sum x / sum w, and each sum, stay put
@@ -313,7 +313,7 @@ def test_every_method_is_in_a_rate_test():
 
 @pytest.mark.mpi
 def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
-    """One launch of 4 ranks runs every method; the virtual cluster runs them here."""
+    """One launch of 4 ranks runs every method; the vectorised cluster runs them here."""
     from .gossiplab_worker import CASES, ROUNDS
     mpiexec = shutil.which("mpiexec")
     assert mpiexec, "mpiexec not found: pip install -e '.[mpi,test]'"
@@ -397,7 +397,7 @@ def test_error_plot_y_range_follows_the_measured_curves():
 
 def test_report_table_has_one_header_word_pair_per_column():
     from minips.averaging.lab import report_lines
-    r = {"topology": "ring", "n": 8, "d": 1, "engine": "virtual", "lambda2": 0.9, "method": "plain",
+    r = {"topology": "ring", "n": 8, "d": 1, "engine": "vectorised", "lambda2": 0.9, "method": "plain",
          "rounds_to_1e-6": 100, "rounds_to_1e-6_predicted": 99, "rate_measured": 0.87, "rate_predicted": 0.86,
          "messages_to_1e-6": 1600, "relative_error": [1.0, 1e-7]}
     lines = report_lines([r])

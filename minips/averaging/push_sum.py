@@ -20,7 +20,7 @@ Starting values choose what is estimated:
 - sum:     ``x_i = v_i, w_i = [i == 0]``    -> sum of the v_i
 - count:   ``x_i = 1,   w_i = [i == 0]``    -> number of nodes
 
-Churn (virtual cluster, static graphs): node ``n - 1`` **joins** at round
+Churn (vectorised cluster, static graphs): node ``n - 1`` **joins** at round
 ``join`` with its starting pair; node ``n // 2`` **leaves** at round ``leave``
 and first hands ``(x, w)`` minus its own starting pair to its first live
 out-neighbour, so the mass left is exactly that of the remaining nodes and

@@ -269,7 +269,7 @@ class AdaptiveLocalPredictor(LocalPredictor):
         self.posted = deque(bool(x) for x in state["posted"])
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def _adaptive_local_loop(G, g_new, g_old, c_old, lam_new, lam_old, d):
     """``adaptive-local``'s direction and regression sums in one pass over the
     float32 (n,) vectors; ``c_old`` (c_{t-k} on entry) is overwritten with c_t::

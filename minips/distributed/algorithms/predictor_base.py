@@ -23,7 +23,7 @@ from numba import njit
 __all__ = ["Predictor", "arrival_sums"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums(G, G_naive, F):
     fg = ff = gg = err = naive = 0.0                      # float64 accumulators
     for i in range(G.size):
@@ -36,7 +36,7 @@ def _forecast_sums(G, G_naive, F):
     return fg, ff, gg, err, naive
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums_with_correction(G, G_naive, F, c):
     fg = ff = gg = err = naive = ac = cc = 0.0
     for i in range(G.size):
