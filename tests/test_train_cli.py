@@ -75,7 +75,8 @@ def test_config_file_and_flag_override(tmp_path):
     (["--data", "cifar"], "unknown data set 'cifar'"),
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--predictor", "oracle"], "option predictor must be one of last, ema, holt, lookahead, adaptive, local, "
-                                "adaptive-local, spike, dc-asgd, gap-aware, got 'oracle'"),
+                                "adaptive-local, local-rewind, layerwise-local, spike, dc-asgd, gap-aware, "
+                                "got 'oracle'"),
     (["--network", "wifi"], "unknown network 'wifi'"),
     (["--batch-size", "20000"], "larger than this rank's share"),
     (["--resume", "nope.h5"], "checkpoint nope.h5 does not exist"),

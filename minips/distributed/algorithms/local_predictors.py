@@ -64,22 +64,42 @@ class LocalPredictor(Predictor):
         pipeline fill, t < k:   d^i_t = g^i_t
         t >= k:                 d^i_t = G_{t-k} + (g^i_t - g^i_{t-k})
 
+    With ``sync_warmup = W > 0`` (issue 31) the first W steps are synchronous:
+    pseudo-sync waits for the average of g_t and applies ``d_t = G_t`` (the
+    ranks stay identical), and the rule above starts at step W with its fill
+    (``d_W = g^i_W``, then ``G_W + (g^i_{W+1} - g^i_W)``, ...), so every
+    average is still applied once. Why: early in training, while gradients
+    are large, the ranks' drift changes the averaged gradient by more than
+    sync's own batch noise (docs/accuracy.md, section 8); a synchronous start
+    removes that phase, at the price of W steps whose allreduce is not
+    hidden. The same idea as post-local SGD's synchronous warm-up (Lin,
+    Stich, Patel & Jaggi, ICLR 2020), applied here to pseudo-sync.
+
     State: the last k + 1 local gradients (a ring of float32 (k+1, n); slot
     ``t mod (k+1)`` holds g^i_t). Ranks hold different weights (pseudo-sync
     reports ``replicated = False``).
 
     Args:
         staleness: k >= 1.
+        sync_warmup: W >= 0 synchronous steps first (default 0: none).
+
+    Raises:
+        ValueError: sync_warmup < 0.
     """
 
     name = "local"
+    OPTIONS = ("sync_warmup",)
     uses_local_gradient = True
 
     #: subtract g_{t-k} with the weight it was added with (adaptive-local's option)
     telescope = True
 
-    def __init__(self, staleness: int = 1):
+    def __init__(self, staleness: int = 1, sync_warmup: int = 0):
         super().__init__(staleness)
+        if sync_warmup < 0:
+            raise ValueError(f"local: sync_warmup must be >= 0 (synchronous steps first; 0 = none), "
+                             f"got {sync_warmup}")
+        self.sync_warmup = int(sync_warmup)
         self.lam = 1.0
         self.t = 0          # local gradients observed (the next one is g_t)
         self.ring = None    # float32 (k+1, n): g^i_{t-k} .. g^i_t
