@@ -41,7 +41,7 @@ from collections import deque
 
 import numpy as np
 
-from .local_predictors import LocalPredictor
+from .local_predictors import LocalPredictor, post_ready_sums
 
 __all__ = ["LayerwiseLocalPredictor"]
 
@@ -140,12 +140,7 @@ class LayerwiseLocalPredictor(LocalPredictor):
                             "lambda_min": float(self.lam_l.min()), "lambda_max": float(self.lam_l.max())}
 
     def payload(self):
-        out = np.zeros(self.extra_floats, np.float32)
-        self.posted.append(self.ready is not None)
-        if self.ready is not None:
-            out[:] = self.ready
-            self.ready = None
-        return out
+        return post_ready_sums(self)
 
     def receive(self, pooled):
         if not self.posted.popleft():      # the same on every rank: the steps decide, not the data

@@ -140,6 +140,20 @@ class LocalPredictor(Predictor):
         self.added = np.array(state["added"], np.float64)
 
 
+def post_ready_sums(predictor) -> np.ndarray:
+    """The float32 ``(extra_floats,)`` tail a regression-based local predictor
+    appends to the gradient it allreduces: its sums waiting in ``ready`` (then
+    cleared), or zeros when none are waiting. ``posted`` records which, per
+    buffer in flight, so that ``receive`` knows, on every rank alike, whether
+    the pooled tail holds sums."""
+    out = np.zeros(predictor.extra_floats, np.float32)
+    predictor.posted.append(predictor.ready is not None)
+    if predictor.ready is not None:
+        out[:] = predictor.ready
+        predictor.ready = None
+    return out
+
+
 class AdaptiveLocalPredictor(LocalPredictor):
     """``adaptive-local``: ``local`` with an adaptive confidence in the local
     change (our formulation; it reads as the seed paper describes its method,
@@ -235,12 +249,7 @@ class AdaptiveLocalPredictor(LocalPredictor):
         return d
 
     def payload(self):
-        out = np.zeros(2, np.float32)
-        self.posted.append(self.ready is not None)
-        if self.ready is not None:
-            out[:] = self.ready
-            self.ready = None
-        return out
+        return post_ready_sums(self)
 
     def receive(self, pooled):
         if self.posted.popleft():        # the same on every rank: the steps decide, not the data
