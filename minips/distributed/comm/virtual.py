@@ -728,38 +728,34 @@ class VirtualComm:
         send_req._complete()
         recv_req._complete()
 
-    def _isend(self, data: np.ndarray, dest: int, tag) -> VRequest:
+    def _post(self, key, mine: dict, theirs: dict, buf: np.ndarray) -> tuple[VRequest, tuple | None]:
+        """Post one side of a message: under the world lock, match it with the
+        oldest waiting counterpart of ``key`` in ``theirs`` or queue it in
+        ``mine``; when it waits and ranks have already returned, fail the calls
+        those ranks can no longer answer (their rank named). Returns the new
+        request and the counterpart's ``(buffer, request)``, or None."""
         world = self.world
         world.check()
         req = VRequest(world)
-        key = (self.rank, int(dest), tag)
         failed = []
         with world.lock:
-            got = self._match(key, self.ctx.sends.setdefault(key, deque()), self.ctx.recvs, (data, req))
+            got = self._match(key, mine.setdefault(key, deque()), theirs, (buf, req))
             if got is None and world.finished:
                 failed = self.ctx.abandoned(world.finished)
         for r, error in failed:
             r._complete(error)
-        if got is None:
-            return req
-        self._deliver(data, req, got[0], got[1], self.rank)
+        return req, got
+
+    def _isend(self, data: np.ndarray, dest: int, tag) -> VRequest:
+        req, got = self._post((self.rank, int(dest), tag), self.ctx.sends, self.ctx.recvs, data)
+        if got is not None:
+            self._deliver(data, req, got[0], got[1], self.rank)
         return req
 
     def _irecv(self, out: np.ndarray, source: int, tag) -> VRequest:
-        world = self.world
-        world.check()
-        req = VRequest(world)
-        key = (int(source), self.rank, tag)
-        failed = []
-        with world.lock:
-            got = self._match(key, self.ctx.recvs.setdefault(key, deque()), self.ctx.sends, (out, req))
-            if got is None and world.finished:
-                failed = self.ctx.abandoned(world.finished)
-        for r, error in failed:
-            r._complete(error)
-        if got is None:
-            return req
-        self._deliver(got[0], got[1], out, req, int(source))
+        req, got = self._post((int(source), self.rank, tag), self.ctx.recvs, self.ctx.sends, out)
+        if got is not None:
+            self._deliver(got[0], got[1], out, req, int(source))
         return req
 
     def Isend(self, buf, dest: int, tag: int = 0) -> VRequest:
