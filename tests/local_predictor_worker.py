@@ -9,6 +9,9 @@ Two checks per launch, each a few steps of the tests' MLP on synthetic data:
    whether every rank ended with the same weights.
 2. *Own data per rank* with ``adaptive-local``: every rank's lambda after every
    step, gathered on rank 0 (``lam_<k>``, (P, steps)).
+3. *Own data per rank*, ``local``'s synchronous warm-up (issue 31): each spec in
+   OWN, rank 0's weights after every step (``own_<spec>``, (steps, n)) and, per
+   step, whether every rank held the same weights (``own_same_<spec>``).
 """
 import sys
 
@@ -18,6 +21,7 @@ SAME = ["sync", "pseudo-sync:last:1", "pseudo-sync:local:1", "pseudo-sync:local:
         "pseudo-sync:adaptive-local:1", "pseudo-sync:adaptive-local:2",
         "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2", "pseudo-sync:layerwise-local:1",
         "pseudo-sync:local:2:sync_warmup=4"]
+OWN = ["sync", "pseudo-sync:local:1", "pseudo-sync:local:1:sync_warmup=4", "pseudo-sync:local:2:sync_warmup=4"]
 STEPS = 16
 
 
@@ -39,7 +43,7 @@ def train(spec, comm, same_data):
     rank, size = (0, 1) if same_data else (comm.rank, comm.size)
     loader = BatchLoader(x, y, 8, DistributedSampler(len(x), rank, size, seed=3))
     algo.start()
-    weights, lams = [], []
+    weights, lams, same = [], [], []
     for batch in loader:
         with algo.compute_point():
             loss = model.loss(batch)
@@ -48,11 +52,11 @@ def train(spec, comm, same_data):
         algo.step()
         weights.append(algo.flat.weights.copy())
         lams.append(algo.log.get("lambda", np.nan))
+        same.append(len(set(comm.allgather(algo.flat.checksum()))) == 1)
         if len(weights) == STEPS:
             break
     algo.finish()
-    same = len(set(comm.allgather(algo.flat.checksum()))) == 1
-    return np.array(weights), np.array(lams), same
+    return np.array(weights), np.array(lams), np.array(same)
 
 
 def main(out):
@@ -61,11 +65,13 @@ def main(out):
     saved = {}
     for spec in SAME:
         w, _, same = train(spec, comm, same_data=True)
-        saved[f"same_{spec}"], saved[f"identical_{spec}"] = w, same
+        saved[f"same_{spec}"], saved[f"identical_{spec}"] = w, same[-1]
     for k in (1, 2):
         _, lam, same = train(f"pseudo-sync:adaptive-local:{k}:warmup=1", comm, same_data=False)
         saved[f"lam_{k}"] = np.array(comm.allgather(lam))
-        saved[f"own_identical_{k}"] = same
+        saved[f"own_identical_{k}"] = same[-1]
+    for spec in OWN:
+        saved[f"own_{spec}"], _, saved[f"own_same_{spec}"] = train(spec, comm, same_data=False)
     if comm.rank == 0:
         np.savez(out, size=comm.size, **saved)
 

@@ -33,13 +33,19 @@ MPIEXEC = shutil.which("mpiexec")
 
 
 # --- under mpiexec ------------------------------------------------------------------
-@pytest.mark.mpi
-def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
-    out = tmp_path / "w.npz"
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory):
+    """One ``mpiexec -n 4`` launch of the worker: every check below reads its file."""
+    out = tmp_path_factory.mktemp("local_predictor") / "w.npz"
     r = subprocess.run([MPIEXEC, "-n", "4", sys.executable, WORKER, str(out)], capture_output=True, text=True,
-                       timeout=120, env=subprocess_env(), cwd=ROOT)
+                       timeout=180, env=subprocess_env(), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
-    d = np.load(out)
+    return np.load(out)
+
+
+@pytest.mark.mpi
+def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(worker_run):
+    d = worker_run
     sync = d["same_sync"]
     for spec in ("pseudo-sync:local:1", "pseudo-sync:local:2", "pseudo-sync:adaptive-local:1",
                  "pseudo-sync:adaptive-local:2", "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2",
@@ -57,23 +63,18 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
 
 
 @pytest.mark.mpi
-def test_sync_warmup_is_sync_then_local(tmp_path):
+def test_sync_warmup_is_sync_then_local(worker_run):
     """``local``'s sync_warmup = W (issue 31): own data per rank; the first W steps
     equal --algo sync bitwise with identical ranks, after them the ranks differ
     (the local rule took over); without the option step 0 already differs."""
-    out = tmp_path / "w.npz"
-    worker = str(Path(__file__).with_name("sync_warmup_worker.py"))
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, worker, str(out)], capture_output=True, text=True,
-                       timeout=120, env=subprocess_env(), cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    d = np.load(out)
-    sync = d["w_sync"]
+    d = worker_run
+    sync = d["own_sync"]
     for spec in ("pseudo-sync:local:1:sync_warmup=4", "pseudo-sync:local:2:sync_warmup=4"):
-        w, same = d[f"w_{spec}"], d[f"same_{spec}"]
+        w, same = d[f"own_{spec}"], d[f"own_same_{spec}"]
         assert np.array_equal(w[:4], sync[:4]) and same[:4].all(), spec
         assert not same[4:].any() and not np.array_equal(w[4], sync[4]), spec
-    assert not np.array_equal(d["w_pseudo-sync:local:1"][0], sync[0])   # the check can fail
-    assert not d["same_pseudo-sync:local:1"][0]
+    assert not np.array_equal(d["own_pseudo-sync:local:1"][0], sync[0])   # the check can fail
+    assert not d["own_same_pseudo-sync:local:1"][0]
 
 
 @pytest.mark.mpi
