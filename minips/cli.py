@@ -81,7 +81,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allreduce", choices=["flat", "hierarchical", "auto"],
                    help="how allreduce runs: flat (one MPI_Allreduce over all ranks), hierarchical (reduce inside "
                         "each node in shared memory, allreduce among one leader per node, broadcast back) or auto "
-                        f"(hierarchical with more than one node and more than one rank per node; default {d.allreduce})")
+                        "(hierarchical with more than one node and more than one rank per node; default "
+                        f"{d.allreduce})")
     p.add_argument("--ranks-per-node", type=int, metavar="N",
                    help="treat ranks 0..N-1 as node 0, N..2N-1 as node 1, ... (one machine standing in for several "
                         "nodes; the emulated --network then charges only traffic between nodes); default: the "

@@ -82,7 +82,6 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
     ``compute_alone``, ``compute_with_comm``, ``wait_after``, and
     ``overlap_efficiency``, ``compute_slowdown``, ``speedup_vs_serial``.
     """
-    from ..distributed.comm import get_comm
 
     buf = np.ones(nbytes // 4, np.float32)
     a = np.random.default_rng(comm.rank).standard_normal((128, 128)).astype(np.float32)
@@ -225,7 +224,7 @@ def run(args) -> int:
 def _print_modes(results: dict, say) -> None:
     """The allreduce modes side by side: time per size and the ratio to the first."""
     names = list(results)
-    say(f"\nallreduce time per size, blocking (us), by --allreduce:")
+    say("\nallreduce time per size, blocking (us), by --allreduce:")
     say(f"{'size':>10}" + "".join(f"{m:>14}" for m in names) + "".join(f"{m + '/' + names[0]:>26}" for m in names[1:]))
     for i, row in enumerate(results[names[0]]["allreduce"]):
         ts = [results[m]["allreduce"][i]["allreduce_s"] for m in names]

@@ -66,7 +66,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["NETWORKS", "SHARED_MEMORY", "Fit", "NetworkModel", "SharedMemoryModel", "flat_allreduce_time",
-           "hierarchical_allreduce_time", "node_reduction_time", "binomial_bcast_bytes_sent", "binomial_bcast_time", "fit_ring_allreduce",
+           "hierarchical_allreduce_time", "node_reduction_time", "binomial_bcast_bytes_sent", "binomial_bcast_time",
+           "fit_ring_allreduce",
            "message_time", "neighbor_exchange_time", "parse_network", "ring_allgatherv_bytes_sent",
            "ring_allgatherv_time", "ring_allreduce_bytes_sent", "ring_allreduce_time"]
 

@@ -22,8 +22,8 @@ import traceback
 from .core import ALLREDUCE_MODES, PROGRESS_MODES, Comm, JobAborted, NeighborGraph, Request
 from .mpi import launched_by_mpi, launcher_world
 
-__all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm", "launched_by_mpi",
-           "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
+__all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm",
+           "launched_by_mpi", "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
            "launcher_world", "mpi_started"]
 
 _world: Comm | None = None      # the process's world (MPI, or one rank)
