@@ -191,7 +191,8 @@ def run(args) -> int:
         comm = get_comm(args.network, "none", *setup)
         # the size table uses blocking calls (no progress mode); the overlap table names its mode per row
         desc = comm.describe().replace(f"; progress={comm.progress_mode}", "")
-        say(("" if not results else "\n") + f"bench comm [--allreduce {mode}]: {desc}"
+        say(("" if not results else "\n") + "bench comm: " + (f"[--allreduce {mode}] " if len(modes) > 1 else "")
+            + desc
             + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else "")
             + f"; load average {[round(x, 2) for x in os.getloadavg()]}; cpu: {cpuinfo.describe()}")
         rows, fit = ([], None) if args.overlap_only else _sweep(comm, args, say)
