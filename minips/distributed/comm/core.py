@@ -627,7 +627,7 @@ class Comm:
         from .hierarchical import HierarchicalAllreduce
 
         eng = self._hier
-        if eng is not None and eng.layout == tuple(self.node_of) and n <= eng.capacity:
+        if eng is not None and eng.layout == tuple(self.node_of) and eng.win is not None and n <= eng.capacity:
             return eng
         self._drain_hierarchical()
         if eng is not None and eng.layout != tuple(self.node_of):

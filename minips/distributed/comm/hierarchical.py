@@ -147,9 +147,9 @@ class HierarchicalAllreduce:
     def ensure_capacity(self, n: int) -> None:
         """Make the window hold ``n`` floats per row (collective over the node;
         call it only with no operation in flight, at the same point on every rank)."""
-        if n <= self.capacity:
+        if self.win is not None and n <= self.capacity:
             return
-        cap = max(int(n), 2 * self.capacity)
+        cap = max(int(n), 2 * self.capacity, 1)
         self.free_window()
         rows = self.local_size + 1
         size = rows * cap * 4 if self.local_rank == 0 else 0  # one contiguous block, owned by local rank 0
