@@ -53,6 +53,7 @@ model that projected step times use (:attr:`Comm.delays` is False).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import threading
@@ -390,10 +391,11 @@ class Comm:
         #: without it, a node per rank under ``--network`` (the emulator's assumption), else the machine's
         #: nodes (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``)
         self.node_of = layout
-        self.nodes = len(set(layout))
+        sizes = collections.Counter(layout)
+        self.nodes = len(sizes)
         #: ranks on this rank's node, and the most on any node
-        self.node_size = layout.count(layout[self.rank])
-        self.max_node_size = max(layout.count(n) for n in set(layout))
+        self.node_size = sizes[layout[self.rank]]
+        self.max_node_size = max(sizes.values())
 
     @property
     def hierarchical(self) -> bool:
