@@ -78,6 +78,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                                      "or alpha=SECONDS,beta=SECONDS_PER_BYTE")
     p.add_argument("--progress", choices=["none", "poll", "thread"], help="how nonblocking MPI requests "
                    f"progress (default {d.progress})")
+    p.add_argument("--allreduce", choices=["flat", "hierarchical", "auto"],
+                   help="how allreduce runs: flat (one MPI_Allreduce over all ranks), hierarchical (reduce inside "
+                        "each node in shared memory, allreduce among one leader per node, broadcast back) or auto "
+                        "(hierarchical with more than one node and more than one rank per node; default "
+                        f"{d.allreduce})")
+    p.add_argument("--ranks-per-node", type=int, metavar="N",
+                   help="treat ranks 0..N-1 as node 0, N..2N-1 as node 1, ... (one machine standing in for several "
+                        "nodes; the emulated --network then charges only traffic between nodes); default: the "
+                        "machine's nodes, or one rank per node under --network")
     p.add_argument("--virtual-ranks", type=int, metavar="P",
                    help="run P ranks as threads of this one process (no mpiexec), each running the same step and "
                         "algorithm as an MPI rank, with the same partition, initial weights and data order; step "
@@ -166,7 +175,8 @@ def run_virtual(cfg, fn) -> int:
             raise
 
     try:
-        virtual.run(cfg.virtual_ranks, rank, network=cfg.network, progress=cfg.progress)
+        virtual.run(cfg.virtual_ranks, rank, network=cfg.network, progress=cfg.progress, allreduce=cfg.allreduce,
+                    ranks_per_node=cfg.ranks_per_node or None)
     except KeyboardInterrupt:  # Ctrl-C before the ranks' stop protocol was armed: the job was ended
         return 130
     return 0

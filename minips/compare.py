@@ -214,7 +214,7 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
         base_cfg = dataclasses.replace(base_cfg, seed=seeds[0])
     runs = [(e, s) for s in seeds for e in algos] if many else [(e, None) for e in algos]
     check_algos(base_cfg, algos, out, seeds if many else None)
-    comm = get_comm(base_cfg.network, base_cfg.progress)
+    comm = get_comm(base_cfg.network, base_cfg.progress, base_cfg.allreduce, base_cfg.ranks_per_node or None)
     for entry in algos:  # collective: every rank builds every entry once, nothing is written
         try:
             Trainer(_run_config(base_cfg, entry, out), comm).preflight()

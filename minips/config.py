@@ -87,6 +87,8 @@ class TrainConfig:
     partition: str = "iid"
     network: str | None = None
     progress: str = "poll"
+    allreduce: str = "auto"
+    ranks_per_node: int = 0
     check_replicas: int = 0
     checkpoint_every: int = 0
     resume: str | None = None
@@ -146,6 +148,13 @@ class TrainConfig:
         from .distributed.comm.virtual import MAX_RANKS
         need(0 <= self.virtual_ranks <= MAX_RANKS, f"--virtual-ranks must be in 1..{MAX_RANKS} (0 = off: one rank "
                                                    f"per process), got {self.virtual_ranks}")
+        need(self.allreduce in ("flat", "hierarchical", "auto"),
+             f"--allreduce must be flat, hierarchical or auto, got {self.allreduce!r}")
+        need(self.ranks_per_node >= 0, f"--ranks-per-node must be >= 1 (0 = the machine's nodes), "
+                                       f"got {self.ranks_per_node}")
+        need(not self.virtual_ranks or self.ranks_per_node <= self.virtual_ranks,
+             f"--ranks-per-node {self.ranks_per_node} is more than the {self.virtual_ranks} virtual ranks; "
+             "give 1..P")
         need(self.progress in ("none", "poll", "thread"),
              f"--progress must be none, poll or thread, got {self.progress!r}")
 

@@ -29,6 +29,11 @@ UNITS = {
                     "(median of 5)",
     "bytes_sent_per_rank": "bytes each rank sent during the training steps",
     "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
+    "allreduce_inter_node_bytes_per_step": "allreduce bytes per step per rank (mean over ranks) that went to "
+                                           "another node (part of bytes_sent_per_step)",
+    "allreduce": "the allreduce the run used: flat or hierarchical (--allreduce; auto resolved)",
+    "nodes": "nodes of the job (--ranks-per-node, else the machine's, or one per rank under --network)",
+    "ranks_per_node": "--ranks-per-node as given (null: not given)",
     "warmup_steps": "steps left out of the timing means",
     "virtual": "true when the ranks were threads of one process (--virtual-ranks): measured times are not "
                "cluster times",
@@ -107,6 +112,10 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,
         "bytes_sent_per_step": float(np.mean(sent)) / steps_run,
+        "allreduce_inter_node_bytes_per_step": float(np.mean(comm.allgather(int(sum(trainer.step_inter_bytes)))))
+        / steps_run,
+        "allreduce": "hierarchical" if comm.hierarchical else "flat",
+        "nodes": comm.nodes, "ranks_per_node": comm.ranks_per_node,
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,

@@ -56,7 +56,8 @@ class Trainer:
         self.cfg = cfg
         self.spec = cfg.resolve_algo()  # a bad --algo fails here, before any work
         from .distributed.comm import get_comm
-        self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress)
+        self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress, cfg.allreduce,
+                                                           cfg.ranks_per_node or None)
         if cfg.virtual_ranks and not (self.comm.virtual and self.comm.size == cfg.virtual_ranks):
             raise ConfigError(f"virtual_ranks = {cfg.virtual_ranks} starts that many ranks as threads: run it with "
                               "minips.train.train(...) or python -m minips train --virtual-ranks P (a Trainer is "
@@ -244,6 +245,7 @@ class Trainer:
         self.trace_rows: list[dict] = []
         self.step_times: list[float] = []
         self.step_bytes: list[int] = []
+        self.step_inter_bytes: list[int] = []  # the allreduce bytes of step_bytes that left the node
         self.oversubscribed: dict | None = None
         # The epoch in progress (kept in checkpoints, so that a resumed epoch's
         # train loss and seconds cover the whole epoch) and the seconds spent
@@ -511,7 +513,7 @@ class Trainer:
         algo.ctx = type(algo.ctx)(step=self.global_step, epoch=epoch, lr=lr, samples=samples,
                                   planned_steps=self.steps_per_epoch * self.cfg.epochs)
         timer = algo.timer
-        sent = self._bytes_sent()
+        sent, inter = self._bytes_sent(), self.comm.bytes_inter_node
         n = algo.micro_batches()
         parts = [part for batch in group for part in ([batch] if n == 1 else _split_batch(batch, n))]
         values = []
@@ -532,6 +534,7 @@ class Trainer:
         algo.step()
         self._last_phases = dict(timer.rows[-1]) if timer.rows else {}
         self.step_bytes.append(self._bytes_sent() - sent)
+        self.step_inter_bytes.append(self.comm.bytes_inter_node - inter)
         return value
 
     def _diverged(self, value: float):
@@ -624,4 +627,4 @@ def run_config(cfg: TrainConfig) -> dict:
     from .distributed.comm import virtual
     cfg.validate()
     return virtual.run(cfg.virtual_ranks, lambda: Trainer(copy.deepcopy(cfg)).run(), network=cfg.network,
-                       progress=cfg.progress)[0]
+                       progress=cfg.progress, allreduce=cfg.allreduce, ranks_per_node=cfg.ranks_per_node or None)[0]

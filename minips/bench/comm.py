@@ -82,9 +82,7 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
     ``compute_alone``, ``compute_with_comm``, ``wait_after``, and
     ``overlap_efficiency``, ``compute_slowdown``, ``speedup_vs_serial``.
     """
-    from ..distributed.comm import get_comm
 
-    comm = get_comm(comm.network, mode)
     buf = np.ones(nbytes // 4, np.float32)
     a = np.random.default_rng(comm.rank).standard_normal((128, 128)).astype(np.float32)
     alone = []
@@ -112,73 +110,104 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
             "speedup_vs_serial": serial / (med["compute_with_comm"] + med["wait_after"])}
 
 
+def _sweep(comm, args, say) -> tuple[list, dict | None]:
+    """Part 1 for the current allreduce mode: rows per size and the ring fit (flat only)."""
+    from ..distributed.costmodel import fit_ring_allreduce
+
+    P, rows = comm.size, []
+    say(f"\n{'size':>10} {'allreduce us':>13} {'iallreduce+wait us':>19} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+    for n in _sizes(args.min_bytes, args.max_bytes):
+        iters = max(5, min(args.iters, int(2e8 // max(n, 1)) + 5))
+        r = measure_allreduce(comm, n, iters)
+        t = r["blocking"]
+        algbw = n / t / 1e9 if t > 0 else float("nan")
+        busbw = algbw * 2 * (P - 1) / P if P > 1 else float("nan")
+        rows.append({"nbytes": n, "allreduce_s": t, "iallreduce_wait_s": r["nonblocking"],
+                     "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters})
+        say(f"{_fmt_bytes(n):>10} {t * 1e6:13.2f} {r['nonblocking'] * 1e6:19.2f} {algbw:11.3f} {busbw:11.3f}")
+    if P < 2 or not rows or comm.hierarchical:  # the ring model describes the flat allreduce only
+        return rows, None
+    f = fit_ring_allreduce([r["nbytes"] for r in rows], [r["allreduce_s"] for r in rows], P)
+    fit = {"alpha_s": f.model.alpha, "beta_s_per_byte": f.model.beta,
+           "bandwidth_GBps": (1 / f.model.beta / 1e9) if f.model.beta else None,
+           "r2": f.r2, "max_rel_error": f.max_rel_error, "points": f.points}
+    for r in rows:
+        r["model_s"] = f.model.allreduce_time(r["nbytes"], P)
+    say(f"\nring model fit: alpha = {f.model.alpha * 1e6:.2f} us, beta = {f.model.beta * 1e9:.4f} ns/B "
+        f"({fit['bandwidth_GBps'] or float('inf'):.2f} GB/s); R^2 = {f.r2:.4f}, "
+        f"max relative error {100 * f.max_rel_error:.0f}% over {f.points} sizes")
+    return rows, fit
+
+
+def _overlap(comm, args, mpich_async, say, setup) -> list:
+    from ..distributed.comm import get_comm
+
+    nbytes = int(args.overlap_mb * 2**20)
+    say(f"\noverlap of one {args.overlap_mb:g} MB Iallreduce with GEMM compute (~1.5x its duration):")
+    say(f"{'progress':>9} {'allreduce ms':>13} {'compute ms':>11} {'compute+comm ms':>16} "
+        f"{'wait after ms':>14} {'overlap eff':>12} {'slowdown':>9} {'vs serial':>10}")
+    overlap = []
+    for mode in args.modes.split(","):
+        get_comm(args.network, mode, *setup)
+        o = measure_overlap(comm, nbytes, mode)
+        o["mpich_async_progress"] = mpich_async
+        overlap.append(o)
+        say(f"{mode + ('+async' if mpich_async else ''):>9} {o['allreduce_alone'] * 1e3:13.2f} "
+            f"{o['compute_alone'] * 1e3:11.2f} {o['compute_with_comm'] * 1e3:16.2f} "
+            f"{o['wait_after'] * 1e3:14.2f} {o['overlap_efficiency']:12.2f} {o['compute_slowdown']:9.2f} "
+            f"{o['speedup_vs_serial']:10.2f}")
+    say("  progress: how the request advances during compute (none: only inside MPI calls; poll: the "
+        "compute calls MPI_Test between chunks; thread: a thread blocks in MPI_Wait)\n"
+        "  allreduce ms: the Iallreduce with nothing else running; compute ms: the GEMMs alone; "
+        "compute+comm ms: the GEMMs with the Iallreduce in flight\n"
+        "  wait after ms: blocked in Wait once the compute is done; overlap eff = 1 - wait after / allreduce\n"
+        "  slowdown = compute+comm / compute (what the communication in flight costs the compute: polling, "
+        "memory bandwidth, a spinning thread)\n"
+        "  vs serial = (compute + allreduce) / (compute+comm + wait after): the speed-up over computing, then "
+        "communicating (> 1: the overlap pays)")
+    get_comm(args.network, "none", *setup)
+    return overlap
+
+
 def run(args) -> int:
     from ..distributed.comm import get_comm
-    from ..distributed.costmodel import fit_ring_allreduce
     from ..kernels import cpuinfo
 
-    comm = get_comm(args.network, "none")
+    modes = [m.strip() for m in args.allreduce.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ("flat", "hierarchical", "auto")]
+    if bad or not modes:
+        raise ValueError(f"--allreduce {args.allreduce!r}: give a comma-separated list of flat, hierarchical, auto")
+    rpn = args.ranks_per_node or None
+    comm = get_comm(args.network, "none", modes[0], rpn)
     P = comm.size
     mpich_async = os.environ.get("MPIR_CVAR_ASYNC_PROGRESS", "0") not in ("", "0")
     say = print if comm.rank == 0 else (lambda *a, **k: None)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    # the size table uses blocking calls (no progress mode); the overlap table names its mode per row
-    desc = comm.describe().replace(f"; progress={comm.progress_mode}", "").replace(f"progress={comm.progress_mode}", "")
-    say(f"bench comm: {desc}"
-        + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else "")
-        + f"; load average {load_start}; cpu: {cpuinfo.describe()}")
     if P < 2:
         say("note: one rank: allreduce is a no-op; run under mpiexec -n 2 or more for meaningful numbers")
-    rows = []
-    if not args.overlap_only:
-        say(f"\n{'size':>10} {'allreduce us':>13} {'iallreduce+wait us':>19} {'algbw GB/s':>11} {'busbw GB/s':>11}")
-        for n in _sizes(args.min_bytes, args.max_bytes):
-            iters = max(5, min(args.iters, int(2e8 // max(n, 1)) + 5))
-            r = measure_allreduce(comm, n, iters)
-            t = r["blocking"]
-            algbw = n / t / 1e9 if t > 0 else float("nan")
-            busbw = algbw * 2 * (P - 1) / P if P > 1 else float("nan")
-            rows.append({"nbytes": n, "allreduce_s": t, "iallreduce_wait_s": r["nonblocking"],
-                         "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters})
-            say(f"{_fmt_bytes(n):>10} {t * 1e6:13.2f} {r['nonblocking'] * 1e6:19.2f} {algbw:11.3f} {busbw:11.3f}")
-    fit = None
-    if P > 1 and rows:
-        f = fit_ring_allreduce([r["nbytes"] for r in rows], [r["allreduce_s"] for r in rows], P)
-        fit = {"alpha_s": f.model.alpha, "beta_s_per_byte": f.model.beta,
-               "bandwidth_GBps": (1 / f.model.beta / 1e9) if f.model.beta else None,
-               "r2": f.r2, "max_rel_error": f.max_rel_error, "points": f.points}
-        for r in rows:
-            r["model_s"] = f.model.allreduce_time(r["nbytes"], P)
-        say(f"\nring model fit: alpha = {f.model.alpha * 1e6:.2f} us, beta = {f.model.beta * 1e9:.4f} ns/B "
-            f"({fit['bandwidth_GBps'] or float('inf'):.2f} GB/s); R^2 = {f.r2:.4f}, "
-            f"max relative error {100 * f.max_rel_error:.0f}% over {f.points} sizes")
-    overlap = []
-    if not args.no_overlap and P > 1:
-        nbytes = int(args.overlap_mb * 2**20)
-        say(f"\noverlap of one {args.overlap_mb:g} MB Iallreduce with GEMM compute (~1.5x its duration):")
-        say(f"{'progress':>9} {'allreduce ms':>13} {'compute ms':>11} {'compute+comm ms':>16} "
-            f"{'wait after ms':>14} {'overlap eff':>12} {'slowdown':>9} {'vs serial':>10}")
-        for mode in args.modes.split(","):
-            o = measure_overlap(comm, nbytes, mode)
-            o["mpich_async_progress"] = mpich_async
-            overlap.append(o)
-            say(f"{mode + ('+async' if mpich_async else ''):>9} {o['allreduce_alone'] * 1e3:13.2f} "
-                f"{o['compute_alone'] * 1e3:11.2f} {o['compute_with_comm'] * 1e3:16.2f} "
-                f"{o['wait_after'] * 1e3:14.2f} {o['overlap_efficiency']:12.2f} {o['compute_slowdown']:9.2f} "
-                f"{o['speedup_vs_serial']:10.2f}")
-        say("  progress: how the request advances during compute (none: only inside MPI calls; poll: the "
-            "compute calls MPI_Test between chunks; thread: a thread blocks in MPI_Wait)\n"
-            "  allreduce ms: the Iallreduce with nothing else running; compute ms: the GEMMs alone; "
-            "compute+comm ms: the GEMMs with the Iallreduce in flight\n"
-            "  wait after ms: blocked in Wait once the compute is done; overlap eff = 1 - wait after / allreduce\n"
-            "  slowdown = compute+comm / compute (what the communication in flight costs the compute: polling, "
-            "memory bandwidth, a spinning thread)\n"
-            "  vs serial = (compute + allreduce) / (compute+comm + wait after): the speed-up over computing, then "
-            "communicating (> 1: the overlap pays)")
-        comm = get_comm(args.network, "none")
-    result = {"world_size": P, "local_size": comm.local_size, "library": comm.describe(),
+    results = {}
+    for mode in modes:
+        setup = (mode, rpn)
+        comm = get_comm(args.network, "none", *setup)
+        # the size table uses blocking calls (no progress mode); the overlap table names its mode per row
+        desc = comm.describe().replace(f"; progress={comm.progress_mode}", "")
+        say(("" if not results else "\n") + "bench comm: " + (f"[--allreduce {mode}] " if len(modes) > 1 else "")
+            + desc
+            + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else "")
+            + f"; load average {[round(x, 2) for x in os.getloadavg()]}; cpu: {cpuinfo.describe()}")
+        rows, fit = ([], None) if args.overlap_only else _sweep(comm, args, say)
+        overlap = _overlap(comm, args, mpich_async, say, setup) if not args.no_overlap and P > 1 else []
+        results[mode] = {"allreduce": rows, "fit": fit, "overlap": overlap, "library": comm.describe(),
+                         "hierarchical": comm.hierarchical, "nodes": comm.nodes,
+                         "bytes_intra_node": comm.bytes_intra_node, "bytes_inter_node": comm.bytes_inter_node}
+    if len(modes) > 1 and not args.overlap_only:
+        _print_modes(results, say)
+    first = results[modes[0]]
+    result = {"world_size": P, "local_size": comm.local_size, "library": first["library"],
               "network_emulated": comm.emulated, "network": str(comm.network) if comm.network else "real",
-              "mpich_async_progress": mpich_async, "allreduce": rows, "fit": fit, "overlap": overlap,
+              "ranks_per_node": rpn, "nodes": comm.nodes, "allreduce_modes": modes,
+              "mpich_async_progress": mpich_async, "allreduce": first["allreduce"], "fit": first["fit"],
+              "overlap": first["overlap"], "modes": results,
               "host": os.uname().nodename, "cores": len(os.sched_getaffinity(0)), "cpu": cpuinfo.describe(),
               "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
     if comm.rank == 0:
@@ -186,11 +215,22 @@ def run(args) -> int:
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=2)
             say(f"\nwrote {args.json}")
-        if args.plot and rows:
+        if args.plot and first["allreduce"]:
             plot_comm(result, args.plot)
             say(f"wrote {args.plot}")
     comm.close()
     return 0
+
+
+def _print_modes(results: dict, say) -> None:
+    """The allreduce modes side by side: time per size and the ratio to the first."""
+    names = list(results)
+    say("\nallreduce time per size, blocking (us), by --allreduce:")
+    say(f"{'size':>10}" + "".join(f"{m:>14}" for m in names) + "".join(f"{m + '/' + names[0]:>26}" for m in names[1:]))
+    for i, row in enumerate(results[names[0]]["allreduce"]):
+        ts = [results[m]["allreduce"][i]["allreduce_s"] for m in names]
+        say(f"{_fmt_bytes(row['nbytes']):>10}" + "".join(f"{t * 1e6:14.2f}" for t in ts)
+            + "".join(f"{t / ts[0]:26.2f}" for t in ts[1:]))
 
 
 def _fmt_bytes(n: int) -> str:
@@ -258,6 +298,11 @@ def add_arguments(p):
     p.add_argument("--overlap-only", action="store_true", help="skip the size sweep")
     p.add_argument("--no-overlap", action="store_true", help="skip the overlap test")
     p.add_argument("--network", help="emulate an interconnect (as in train)")
+    p.add_argument("--allreduce", default="auto", help="comma-separated allreduce modes to measure, one table "
+                                                       "each: flat, hierarchical, auto (default auto)")
+    p.add_argument("--ranks-per-node", type=int, default=0, metavar="N",
+                   help="ranks 0..N-1 form node 0, and so on (as in train; default: the machine's nodes, or one "
+                        "rank per node under --network)")
     p.add_argument("--json", help="write results to this JSON file")
     p.add_argument("--plot", help="write a PNG of latency and bandwidth")
     p.set_defaults(func=run)

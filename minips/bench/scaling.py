@@ -305,10 +305,21 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     one resolves to the same algorithm and options as a measured row: then it
     gets that row's extra compute.
     ``shapes``: the model's parameter shapes (for PowerSGD's factor sizes)."""
-    import dataclasses
-
     from ..distributed.costmodel import parse_network
     from ..distributed.projection import project
+
+    profiles, baseline = _profiles(rows, grad_bytes, buckets, also, shapes)
+    out = {}
+    for name in networks:
+        net = parse_network(name)
+        out[name] = {"network": str(net), "alpha_s": net.alpha, "beta_s_per_byte": net.beta,
+                     "baseline": baseline, "algos": project(profiles, net, Ps, interference, baseline=baseline)}
+    return out
+
+
+def _profiles(rows, grad_bytes, buckets, also=(), shapes=()):
+    """(spec -> StepProfile, baseline spec or None) for the projections: see :func:`projection`."""
+    import dataclasses
 
     ones = [r for r in rows if r["P"] == 1]
     if not ones:
@@ -320,13 +331,60 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
         # measured pseudo-sync:adaptive) is the same algorithm: it gets that run's extra compute, not none
         twin = next((m for m in list(profiles) if _same_algorithm(m, spec)), None)
         profiles.setdefault(spec, profiles[twin] if twin else base)
-    baseline = BASELINE if BASELINE in profiles else None
+    return profiles, (BASELINE if BASELINE in profiles else None)
+
+
+#: nodes and ranks per node of ``--project`` (the seed paper ran 128 nodes; CPU nodes have 24-96 cores)
+PROJECT_NODES = (1, 2, 4, 8, 16, 32, 64, 128)
+PROJECT_RANKS_PER_NODE = (24, 48, 96)
+
+
+def node_projection(rows: list[dict], grad_bytes: int, buckets, networks, nodes=PROJECT_NODES,
+                    ranks_per_node=PROJECT_RANKS_PER_NODE, interference: float = 0.0, also=(), shapes=(),
+                    shm=None) -> dict:
+    """``--project``: E over N nodes of R ranks each (P = N R ranks, a rank per
+    core), flat and hierarchical allreduce, for every network, R and algorithm
+    (:func:`minips.distributed.projection.project_nodes`); each rank computes
+    the measured one-rank step (the profiles of :func:`projection`).
+
+    Returns:
+        ``{network: {"network": str, "shared_memory": str, "rows": [{"algo", "ranks_per_node",
+        "allreduce", "nodes", "P", "efficiency", "step_s", "comm_s"}, ...]}}``.
+    """
+    from ..distributed.costmodel import SHARED_MEMORY, parse_network
+    from ..distributed.projection import ALLREDUCE_PATHS, project_nodes
+
+    shm = shm or SHARED_MEMORY
+    profiles, _ = _profiles(rows, grad_bytes, buckets, also, shapes)
     out = {}
     for name in networks:
         net = parse_network(name)
-        out[name] = {"network": str(net), "alpha_s": net.alpha, "beta_s_per_byte": net.beta,
-                     "baseline": baseline, "algos": project(profiles, net, Ps, interference, baseline=baseline)}
+        table = []
+        for R in ranks_per_node:
+            for path in ALLREDUCE_PATHS:
+                for algo, r in project_nodes(profiles, net, nodes, R, path, interference, shm).items():
+                    table.append({"algo": algo, "ranks_per_node": R, "allreduce": path, **r})
+        out[name] = {"network": str(net), "shared_memory": str(shm), "shared_memory_alpha_s": shm.alpha,
+                     "shared_memory_bandwidth_Bps": shm.bandwidth, "rows": table}
     return out
+
+
+def _print_node_projection(proj, say, show=(8, 64, 128)):
+    points = reported_points()
+    paper = "; ".join(f"{name}: " + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in pts.items())
+                      for name, pts in points.items())
+    for p in proj.values():
+        say(f"\nprojected E over nodes of R ranks (P = nodes x R, a rank per core) on {p['network']}, node memory "
+            f"{p['shared_memory']}; ideal overlap unless phi > 0; paper ({paper}; nodes)")
+        w = max([12, *(len(r["algo"]) + 2 for r in p["rows"])])
+        say(f"{'algorithm':<{w}}{'R':>4} {'allreduce':<13}" + "".join(f"{'N=' + str(n):>9}" for n in show)
+            + f"{'allreduce ms N=' + str(show[-1]):>20}")
+        for r in p["rows"]:
+            cells = "".join(f"{100 * r['efficiency'][r['nodes'].index(n)]:8.1f}%" if n in r["nodes"] else f"{'-':>9}"
+                            for n in show)
+            last = r["comm_s"][r["nodes"].index(show[-1])] if show[-1] in r["nodes"] else None
+            say(f"{r['algo']:<{w}}{r['ranks_per_node']:>4} {r['allreduce']:<13}" + cells
+                + (f"{1e3 * last:20.3f}" if last is not None else f"{'-':>20}"))
 
 
 def project_also(spec: str | None, rows: list[dict]) -> list[str]:
@@ -664,9 +722,18 @@ def run(args) -> int:
     result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference,
                                       also, shapes) if nets else {}
     result["paper_points"] = reported_points()
+    if args.project:
+        from ..distributed.costmodel import SharedMemoryModel
+        shm = SharedMemoryModel(args.intra_latency * 1e-6, args.intra_bandwidth * 1e9)
+        rpn = [int(x) for x in str(args.project_ranks_per_node).split(",") if x.strip()]
+        nodes = [n for n in PROJECT_NODES if n <= args.project_nodes]
+        result["node_projection"] = node_projection(rows, grad_bytes, buckets, nets, nodes, rpn,
+                                                    args.project_interference, also, shapes, shm)
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
+    if args.project:
+        _print_node_projection(result["node_projection"], say, show=tuple(n for n in (8, 64, 128) if n in nodes))
     # with --json the tables go beside it (OUT may hold another run's scaling.txt)
     json_path = Path(args.json) if args.json else Path(args.out) / "scaling.json"
     txt_path = json_path.with_suffix(".txt") if args.json else Path(args.out) / "scaling.txt"
@@ -718,6 +785,16 @@ def add_arguments(p):
     p.add_argument("--project-also", help="further algorithm specs (comma-separated) to project from the "
                                           "baseline's P = 1 profile, without measuring them; 'all' = every "
                                           "registered algorithm not measured, at its default options")
+    p.add_argument("--project", action="store_true",
+                   help="also project over nodes of many ranks (--project-ranks-per-node, a rank per core) with the "
+                        "flat and the hierarchical allreduce, up to --project-nodes nodes")
+    p.add_argument("--project-nodes", type=int, default=128, help="largest node count of --project (default 128)")
+    p.add_argument("--project-ranks-per-node", default=",".join(map(str, PROJECT_RANKS_PER_NODE)),
+                   help="ranks per node of --project, comma-separated (default 24,48,96)")
+    p.add_argument("--intra-bandwidth", type=float, default=100.0,
+                   help="GB/s of a node's memory, shared by its ranks, for --project (default 100: an assumption)")
+    p.add_argument("--intra-latency", type=float, default=1.0,
+                   help="microseconds per node barrier for --project (default 1: an assumption)")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
     p.add_argument("--json", help="write everything to this JSON file (default OUT/scaling.json)")
     p.add_argument("--plot", help="PNG of the measured breakdown and E(P)")

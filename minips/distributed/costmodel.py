@@ -23,6 +23,30 @@ The other primitives of :mod:`minips.distributed.comm` have their own times
   ``alpha + n beta``;
 - broadcast by binomial tree: ``ceil(log2 P) (alpha + n beta)``.
 
+Many ranks per node (R ranks on each of N = ceil(P/R) nodes, ranks placed
+in blocks: node k holds ranks kR..kR+R-1), with the node's memory as a second
+"network" (:class:`SharedMemoryModel`: a latency ``alpha_s`` per node barrier and
+a bandwidth ``bw`` that the node's ranks share):
+
+- flat ring over all P ranks (:func:`flat_allreduce_time`): each of the
+  ``2 (P-1)`` steps moves ``n/P`` bytes on every hop at once; per node, one
+  hop leaves the node (``alpha + (n/P) beta``, when N > 1) and the others
+  (``R-1``, or R when everything is on one node) go through its memory,
+  sharing it (``alpha_s + h (n/P) / bw``); a step lasts as long as the slower.
+  With R = 1 this is the plain ring above;
+- hierarchical (:func:`hierarchical_allreduce_time`): the node reduction and
+  the broadcast back through shared memory, three passes over the node's
+  ``R n`` bytes (copy in, sum, copy out) and three barriers,
+  ``3 alpha_s + 3 R n / bw`` (0 when R = 1), plus a ring allreduce among the N
+  leaders, ``T_ring(n, N)`` on the inter-node network.
+
+The flat ring pays ``2 (P-1)`` latencies, the hierarchical one ``2 (N-1)``
+plus three barriers: with 96 ranks per node that is the difference between
+24.6 ms and 0.25 ms of latency per allreduce at 128 nodes on a 1 us network.
+Network emulation (:class:`~minips.distributed.comm.Comm`) charges only the
+inter-node part (the shared memory is real): ``T_ring(n, P)`` for the flat
+ring when N > 1 (0 on one node), ``T_ring(n, N)`` for the hierarchical one.
+
 Bytes *sent* by one rank under the same models (what ``Comm.bytes_sent``
 counts) are given by the ``*_bytes_sent`` functions below.
 
@@ -41,7 +65,9 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["NETWORKS", "Fit", "NetworkModel", "binomial_bcast_bytes_sent", "binomial_bcast_time", "fit_ring_allreduce",
+__all__ = ["NETWORKS", "SHARED_MEMORY", "Fit", "NetworkModel", "SharedMemoryModel", "flat_allreduce_time",
+           "hierarchical_allreduce_time", "node_reduction_time", "binomial_bcast_bytes_sent", "binomial_bcast_time",
+           "fit_ring_allreduce",
            "message_time", "neighbor_exchange_time", "parse_network", "ring_allgatherv_bytes_sent",
            "ring_allgatherv_time", "ring_allreduce_bytes_sent", "ring_allreduce_time"]
 
@@ -198,6 +224,96 @@ class NetworkModel:
     def __str__(self):
         return (f"{self.name} (alpha={self.alpha * 1e6:.3g} us, "
                 f"bandwidth={self.bandwidth_gbps:.3g} Gb/s)")
+
+
+@dataclass(frozen=True)
+class SharedMemoryModel:
+    """A node's memory as the medium of its ranks' communication.
+
+    Attributes:
+        alpha: seconds per node barrier (the latency of one shared-memory step).
+        bandwidth: bytes per second of the node's memory system, shared by all
+            its ranks (a STREAM-like figure of the whole node).
+    """
+    alpha: float = 1e-6
+    bandwidth: float = 100e9
+    name: str = "shared memory"
+
+    def __post_init__(self):
+        if self.alpha < 0 or self.bandwidth <= 0:
+            raise ValueError(f"shared memory: alpha must be >= 0 and bandwidth > 0, got alpha={self.alpha}, "
+                             f"bandwidth={self.bandwidth}")
+
+    def __str__(self):
+        return f"{self.name} (barrier {self.alpha * 1e6:.3g} us, node bandwidth {self.bandwidth / 1e9:.3g} GB/s)"
+
+
+#: The default intra-node model: an ASSUMPTION (1 us per barrier, 100 GB/s of memory
+#: bandwidth per node, the order of a two-socket server), not a measurement; pass your own.
+SHARED_MEMORY = SharedMemoryModel()
+
+
+def _nodes(P: int, R: int) -> int:
+    if P < 1 or R < 1:
+        raise ValueError(f"P and ranks per node must be >= 1, got P={P}, ranks_per_node={R}")
+    return -(-P // R)
+
+
+def node_reduction_time(nbytes: float, R: int, shm: SharedMemoryModel = SHARED_MEMORY) -> float:
+    """Seconds of the node stages of a hierarchical allreduce of ``nbytes`` on a
+    node of ``R`` ranks: ``3 alpha_s + 3 R n / bw`` (three barriers; copy in,
+    sum and copy out each move the node's ``R n`` bytes); 0 for R = 1.
+
+    Raises:
+        ValueError: R < 1 or a negative size.
+    """
+    if R < 1 or nbytes < 0:
+        raise ValueError(f"ranks per node must be >= 1 and nbytes >= 0, got R={R}, nbytes={nbytes}")
+    return 0.0 if R == 1 else 3 * shm.alpha + 3 * R * nbytes / shm.bandwidth
+
+
+def hierarchical_allreduce_time(nbytes: float, P: int, ranks_per_node: int, net: NetworkModel,
+                                shm: SharedMemoryModel = SHARED_MEMORY) -> float:
+    """Seconds of a hierarchical allreduce of ``nbytes`` over ``P`` ranks,
+    ``ranks_per_node`` R per node: :func:`node_reduction_time` on a node of
+    ``min(R, P)`` ranks plus a ring allreduce among the ``ceil(P/R)`` leaders on
+    ``net``. 0 for P = 1.
+
+    Raises:
+        ValueError: P or R < 1, or negative sizes/parameters.
+    """
+    N = _nodes(P, ranks_per_node)
+    if P == 1:
+        return 0.0
+    return node_reduction_time(nbytes, min(ranks_per_node, P), shm) + ring_allreduce_time(nbytes, N, net.alpha,
+                                                                                            net.beta)
+
+
+def flat_allreduce_time(nbytes: float, P: int, ranks_per_node: int, net: NetworkModel,
+                        shm: SharedMemoryModel = SHARED_MEMORY) -> float:
+    """Seconds of a flat ring allreduce of ``nbytes`` over ``P`` ranks placed
+    ``ranks_per_node`` R per node in blocks: ``2 (P-1)`` steps, each as long as
+    the slower of the node's inter-node hop ``alpha + (n/P) beta`` (if there is
+    more than one node) and its intra-node hops sharing the node's memory,
+    ``alpha_s + h (n/P) / bw`` with ``h = R-1`` hops (R on a single node).
+    With R = 1 this is :func:`ring_allreduce_time`. 0 for P = 1.
+
+    Raises:
+        ValueError: P or R < 1, or negative sizes/parameters.
+    """
+    N = _nodes(P, ranks_per_node)
+    check_allreduce_args(nbytes, P, net.alpha, net.beta)
+    if P == 1:
+        return 0.0
+    R = min(ranks_per_node, P)
+    chunk = nbytes / P
+    step = 0.0
+    if N > 1:
+        step = net.alpha + chunk * net.beta
+    if R > 1:
+        hops = R - 1 if N > 1 else R
+        step = max(step, shm.alpha + hops * chunk / shm.bandwidth)
+    return 2 * (P - 1) * step
 
 
 def _gbit(g: float) -> float:

@@ -14,7 +14,12 @@ the same algorithm.
 
 **Assumptions** (each one is a parameter or a function below; change it there):
 
-1. *One rank per node*, and the per-node compute time (forward, backward,
+1. *One rank per node* unless ``ranks_per_node`` R says otherwise (then P =
+   N R ranks on N nodes, each rank computing its own batch on its own core:
+   the measured one-rank profile is per rank; the allreduce is the flat ring
+   or the hierarchical one of :mod:`~minips.distributed.costmodel`, with the
+   node's memory as :class:`~minips.distributed.costmodel.SharedMemoryModel`),
+   and the per-node compute time (forward, backward,
    update, predictor, other) is the one measured on one node, independent of P
    (:class:`StepProfile`). Stragglers, OS noise and data loading at scale are
    ignored (they lower the real efficiency).
@@ -48,10 +53,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costmodel import NetworkModel, check_allreduce_args, parse_network, ring_allreduce_time
+from .costmodel import (SHARED_MEMORY, NetworkModel, SharedMemoryModel, check_allreduce_args, flat_allreduce_time,
+                        hierarchical_allreduce_time, parse_network, ring_allreduce_time)
 
-__all__ = ["StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time", "weak_scaling_efficiency",
-           "project", "overtakes_at", "interference_from_overlap"]
+__all__ = ["ALLREDUCE_PATHS", "StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time",
+           "weak_scaling_efficiency", "project", "project_nodes", "overtakes_at", "interference_from_overlap"]
 
 
 @dataclass(frozen=True)
@@ -149,29 +155,48 @@ def _check_phi(interference: float) -> None:
                          f"got {interference}")
 
 
+ALLREDUCE_PATHS = ("flat", "hierarchical")
+
+
 class _Interconnect:
     """The alpha-beta network an algorithm's cost model sees: ``allreduce_time``
-    by the chosen allreduce algorithm, every other primitive as the
-    :class:`NetworkModel` models it."""
+    by the chosen allreduce algorithm (and, with ``ranks_per_node`` R > 1, the
+    flat or hierarchical path over nodes of R ranks), every other primitive as
+    the :class:`NetworkModel` models it."""
 
-    def __init__(self, net: NetworkModel, algorithm: str):
+    def __init__(self, net: NetworkModel, algorithm: str, ranks_per_node: int = 1, path: str = "flat",
+                 shm: SharedMemoryModel | None = None):
         if algorithm not in ("ring", "rabenseifner"):
             raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
+        if path not in ALLREDUCE_PATHS:
+            raise ValueError(f"unknown allreduce path {path!r}; use flat or hierarchical")
+        if ranks_per_node < 1:
+            raise ValueError(f"ranks per node must be >= 1, got {ranks_per_node}")
+        if ranks_per_node > 1 and algorithm != "ring":
+            raise ValueError("ranks per node > 1 is modelled for the ring allreduce only")
         self.net, self.algorithm = net, algorithm
+        self.ranks_per_node, self.path, self.shm = int(ranks_per_node), path, shm or SHARED_MEMORY
 
     def allreduce_time(self, nbytes: float, P: int) -> float:
+        if self.path == "hierarchical":
+            return hierarchical_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
+        if self.ranks_per_node > 1:
+            return flat_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
         return allreduce_time(nbytes, P, self.net, self.algorithm)
 
     def __getattr__(self, name):
         return getattr(self.net, name)
 
 
-def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0, algorithm: str = "ring") -> float:
+def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0, algorithm: str = "ring",
+              ranks_per_node: int = 1, path: str = "flat", shm: SharedMemoryModel | None = None) -> float:
     """Seconds per step of the algorithm ``spec`` (a spec string such as
     ``sync`` or ``pseudo-sync:predictor=adaptive``, or an AlgoSpec) at ``P``
     nodes: its own cost model (``step_time`` next to its update rule in
     :mod:`minips.distributed.algorithms`) on ``net`` with the ``algorithm``
-    allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4).
+    allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4);
+    with ``ranks_per_node`` R > 1, P ranks on nodes of R and the ``path``
+    (``flat`` or ``hierarchical``) allreduce, the node's memory ``shm``.
 
     Raises:
         ValueError: unknown algorithm or option, interference outside [0, 1], P < 1.
@@ -182,7 +207,8 @@ def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0
     if P < 1:
         raise ValueError(f"P must be >= 1, got {P}")
     try:
-        return resolve(spec).step_time(profile, P, _Interconnect(parse_network(net), algorithm), interference)
+        return resolve(spec).step_time(profile, P, _Interconnect(parse_network(net), algorithm, ranks_per_node, path,
+                                                                 shm), interference)
     except NotImplementedError as e:
         raise ValueError(f"no step-time model for {spec!r}: {e}") from None
 
@@ -249,6 +275,48 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
         for rows in out.values():
             rows["vs_baseline_1"] = [t1_base / t for t in rows["step_s"]]
             rows["overtakes_at"] = overtakes_at(rows, out[baseline])
+    return out
+
+
+def project_nodes(profiles: dict, net, nodes, ranks_per_node: int, path: str, interference: float = 0.0,
+                  shm: SharedMemoryModel | None = None) -> dict:
+    """Weak scaling over nodes of ``ranks_per_node`` R ranks, with the ``path``
+    (``flat`` or ``hierarchical``) ring allreduce.
+
+    Args:
+        profiles: algorithm spec -> :class:`StepProfile` (one rank's step on one core).
+        net: the inter-node interconnect; ``shm``: the node's memory.
+        nodes: node counts N (each >= 1); the job has P = N R ranks.
+
+    Returns:
+        ``{algo: {"nodes": [...], "P": [...], "step_s": [...], "efficiency": [...],
+        "comm_s": [...]}}`` with ``efficiency`` = T(1 rank) / T(P) (weak
+        scaling against one rank alone, which communicates nothing) and
+        ``comm_s`` the whole-gradient allreduce.
+
+    Raises:
+        ValueError: unknown algorithm, path or network, N or R < 1.
+    """
+    from .algorithms import resolve
+
+    net = parse_network(net)
+    link = _Interconnect(net, "ring", ranks_per_node, path, shm)
+    out = {}
+    for algo, prof in profiles.items():
+        spec = resolve(algo)
+        t1 = step_time(spec, prof, 1, net, interference)
+        rows = {"nodes": [], "P": [], "step_s": [], "efficiency": [], "comm_s": []}
+        for N in nodes:
+            if N < 1:
+                raise ValueError(f"node counts must be >= 1, got {N}")
+            P = int(N) * int(ranks_per_node)
+            tP = step_time(spec, prof, P, net, interference, "ring", ranks_per_node, path, shm)
+            rows["nodes"].append(int(N))
+            rows["P"].append(P)
+            rows["step_s"].append(tP)
+            rows["efficiency"].append(weak_scaling_efficiency(t1, tP))
+            rows["comm_s"].append(link.allreduce_time(prof.grad_bytes, P))
+        out[algo] = rows
     return out
 
 

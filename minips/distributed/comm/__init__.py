@@ -19,11 +19,11 @@ import threading
 import time
 import traceback
 
-from .core import PROGRESS_MODES, Comm, JobAborted, NeighborGraph, Request
+from .core import ALLREDUCE_MODES, PROGRESS_MODES, Comm, JobAborted, NeighborGraph, Request
 from .mpi import launched_by_mpi, launcher_world
 
-__all__ = ["PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm", "launched_by_mpi",
-           "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
+__all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm",
+           "launched_by_mpi", "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
            "launcher_world", "mpi_started"]
 
 _world: Comm | None = None      # the process's world (MPI, or one rank)
@@ -40,23 +40,24 @@ def in_virtual_rank() -> bool:
     return getattr(_rank_local, "comm", None) is not None
 
 
-def get_comm(network=None, progress: str = "poll") -> Comm:
+def get_comm(network=None, progress: str = "poll", allreduce: str = "auto", ranks_per_node: int | None = None) -> Comm:
     """The caller's world :class:`Comm`: a virtual rank's own, else the
     process's, created on first use with these options (later calls with other
-    options reconfigure network and progress).
+    options reconfigure network, progress, allreduce mode and ranks per node).
 
     Raises:
-        ValueError: unknown progress mode or network.
+        ValueError: unknown progress mode, network or allreduce mode; ranks
+            per node outside 1..P.
     """
     global _world
     comm = getattr(_rank_local, "comm", None)
     if comm is not None:
-        comm.reconfigure(network, progress)
+        comm.reconfigure(network, progress, allreduce, ranks_per_node)
         return comm
     if _world is None:
-        _world = Comm(network=network, progress=progress)
+        _world = Comm(network=network, progress=progress, allreduce=allreduce, ranks_per_node=ranks_per_node)
     else:
-        _world.reconfigure(network, progress)
+        _world.reconfigure(network, progress, allreduce, ranks_per_node)
     return _world
 
 

@@ -53,6 +53,7 @@ model that projected step times use (:attr:`Comm.delays` is False).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import threading
@@ -64,7 +65,7 @@ from .. import costmodel
 from ..costmodel import NetworkModel, parse_network
 from . import mpi as mpi_backend
 
-__all__ = ["PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request"]
+__all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
 _P2P_TAG = 0x6D70  # the tag of sendrecv/iexchange messages; MPI keeps them in order per (peer, tag)
@@ -101,8 +102,13 @@ class Request:
     Do not touch ``buf`` until :meth:`wait` or :meth:`test` says it is done.
     """
 
-    def __init__(self, comm, mpi_req, buf, locked, ready_time, tag=None, on_done=None):
+    def __init__(self, comm, mpi_req, buf, locked, ready_time, tag=None, on_done=None, op=None):
         self.comm, self.buf = comm, buf
+        #: a hierarchical allreduce's state machine (:class:`.hierarchical.HierarchicalOp`), driven
+        #: through its own Test/Wait; None for one or more plain MPI requests
+        self._op = op
+        if op is not None:
+            mpi_req = [op]
         # one MPI request, or several that complete together (iexchange: Isend + Irecv)
         self._reqs = mpi_req if isinstance(mpi_req, list) else ([] if mpi_req is None else [mpi_req])
         self._locked = locked
@@ -128,6 +134,8 @@ class Request:
         if not self._mpi_done:
             if self._event is not None:
                 self._mpi_done = self._event.is_set()
+            elif self._op is not None:
+                self._mpi_done = self._op.Test()
             else:
                 self._mpi_done = self.comm.MPI.Request.Testall(self._reqs)
         return self._mpi_done
@@ -150,6 +158,8 @@ class Request:
                 with self.comm._idle():  # a virtual rank frees its compute slot meanwhile
                     self._event.wait()
                 self.comm._check_aborted()
+            elif self._op is not None:
+                self._op.Wait()
             else:
                 self.comm.MPI.Request.Waitall(self._reqs)
             self._mpi_done = True
@@ -272,6 +282,15 @@ class NeighborGraph:
         return f"NeighborGraph(sources={list(self.sources)}, destinations={list(self.destinations)})"
 
 
+ALLREDUCE_MODES = ("flat", "hierarchical", "auto")
+
+
+def _check_allreduce_mode(mode) -> None:
+    if mode not in ALLREDUCE_MODES:
+        raise ValueError(f"unknown allreduce {mode!r}; choose one of {', '.join(ALLREDUCE_MODES)} (auto: hierarchical "
+                         "when there is more than one node and more than one rank per node)")
+
+
 _PRIMITIVES = ("allreduce", "allgatherv", "neighbor_allgather", "sendrecv", "exchange", "bcast",
                "allreduce_scalar")
 _SCALAR_OPS = ("sum", "max", "min")
@@ -291,9 +310,11 @@ class Comm:
         ValueError: unknown progress mode or network.
     """
 
-    def __init__(self, mpi_comm=None, network=None, progress: str = "poll"):
+    def __init__(self, mpi_comm=None, network=None, progress: str = "poll", allreduce: str = "auto",
+                 ranks_per_node: int | None = None):
         if progress not in PROGRESS_MODES:
             raise ValueError(f"unknown progress mode {progress!r}; choose one of {', '.join(PROGRESS_MODES)}")
+        _check_allreduce_mode(allreduce)
         self.MPI = None
         if mpi_comm is None and mpi_backend.launched_by_mpi():
             mpi_comm = mpi_backend.world()
@@ -306,10 +327,17 @@ class Comm:
         if mpi_comm is not None and self.size > 1:
             node = mpi_comm.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+            # the machine's nodes: each rank's node leader (lowest world rank), numbered in order
+            leaders = mpi_comm.allgather(node.bcast(self.rank, root=0))
             node.Free()
+            number = {r: i for i, r in enumerate(sorted(set(leaders)))}
+            self._machine_nodes = tuple(number[r] for r in leaders)
         else:
             self.local_rank, self.local_size = 0, 1
+            self._machine_nodes = (0,) * self.size
         self.network: NetworkModel | None = parse_network(network) if network else None
+        self._hier = None  # the HierarchicalAllreduce, built at the first hierarchical allreduce
+        self._set_nodes(allreduce, ranks_per_node)
         #: True when the ranks are threads of this process (:mod:`.virtual`)
         self.virtual = bool(getattr(self.MPI, "VIRTUAL", False))
         #: whether network emulation sleeps (False under virtual ranks: the network is only modelled)
@@ -326,12 +354,67 @@ class Comm:
         # the payload this rank passed in; NAME_sent, the bytes it sent as modelled.
         self.stats = {f"{p}_{k}": 0 for p in _PRIMITIVES for k in ("calls", "bytes", "sent")}
         self.stats["progress_calls"] = 0
+        # allreduce bytes sent, split by where they go (they also count in allreduce_sent)
+        self.stats["allreduce_sent_intra"] = self.stats["allreduce_sent_inter"] = 0
 
     # --- info -------------------------------------------------------------------
     @property
     def is_root(self) -> bool:
         """True on rank 0 (the rank that writes files)."""
         return self.rank == 0
+
+    def _set_nodes(self, allreduce: str, ranks_per_node) -> None:
+        """Set the allreduce mode and the node layout (see :attr:`node_of`).
+
+        Raises:
+            ValueError: an unknown mode, or ranks per node outside 1..P.
+        """
+        _check_allreduce_mode(allreduce)
+        if ranks_per_node is not None:
+            try:
+                ranks_per_node = int(ranks_per_node)
+            except (TypeError, ValueError):
+                raise ValueError(f"--ranks-per-node must be a whole number of ranks, got {ranks_per_node!r}") from None
+            if not 1 <= ranks_per_node <= max(1, self.size):
+                raise ValueError(f"--ranks-per-node {ranks_per_node}: give 1..{self.size} (the job has {self.size} "
+                                 f"rank(s); ranks 0..N-1 form node 0, and so on)")
+        self.allreduce_mode = allreduce
+        #: ranks per node as given (``--ranks-per-node``), else None (see :attr:`node_of`)
+        self.ranks_per_node = ranks_per_node
+        if ranks_per_node is not None:
+            layout = tuple(r // ranks_per_node for r in range(self.size))
+        elif self.network is not None:
+            layout = tuple(range(self.size))  # the emulator's standing assumption: a node per rank
+        else:
+            layout = self._machine_nodes
+        #: node index of every rank (0..nodes-1): ``rank // ranks_per_node`` with ``--ranks-per-node``;
+        #: without it, a node per rank under ``--network`` (the emulator's assumption), else the machine's
+        #: nodes (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``)
+        self.node_of = layout
+        sizes = collections.Counter(layout)
+        self.nodes = len(sizes)
+        #: ranks on this rank's node, and the most on any node
+        self.node_size = sizes[layout[self.rank]]
+        self.max_node_size = max(sizes.values())
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether ``allreduce``/``iallreduce`` take the hierarchical path
+        (``hierarchical``, or ``auto`` with more than one node and more than
+        one rank on some node; never on one rank)."""
+        if self.size == 1 or self.allreduce_mode == "flat":
+            return False
+        return self.allreduce_mode == "hierarchical" or (self.nodes > 1 and self.max_node_size > 1)
+
+    @property
+    def bytes_inter_node(self) -> int:
+        """Allreduce bytes this rank sent to other nodes, as the models count them (int)."""
+        return self.stats["allreduce_sent_inter"]
+
+    @property
+    def bytes_intra_node(self) -> int:
+        """Allreduce bytes this rank passed to ranks of its own node (shared memory), as counted (int)."""
+        return self.stats["allreduce_sent_intra"]
 
     @property
     def emulated(self) -> bool:
@@ -363,12 +446,33 @@ class Comm:
         if self.virtual:
             net = (f"network {self.network} MODELLED for projected times (not emulated)" if self.network
                    else "no network (shared memory)")
+        nodes = ""
+        if self.ranks_per_node is not None or self.hierarchical:
+            how = f"--ranks-per-node {self.ranks_per_node}" if self.ranks_per_node is not None else "the machine's"
+            nodes = (f"; {self.nodes} node(s) of up to {self.max_node_size} rank(s) ({how}), allreduce "
+                     f"{'hierarchical' if self.hierarchical else 'flat'}")
         return (f"{self.size} rank(s), {self.local_size} on this node; {lib}; {net}; "
-                f"progress={self.progress_mode}")
+                f"progress={self.progress_mode}{nodes}")
 
     # --- collectives -------------------------------------------------------------------
     def _modelled_seconds(self, nbytes: int) -> float:
-        return self.network.allreduce_time(nbytes, self.size) if self.network else 0.0
+        """Emulated seconds of a flat ring allreduce: every ring step has an
+        inter-node hop on its critical path, so ``T_ring(n, P)``; 0 when all
+        ranks are on one node (the traffic is real shared memory)."""
+        if not self.network or self.nodes == 1:
+            return 0.0
+        return self.network.allreduce_time(nbytes, self.size)
+
+    def _count_allreduce_split(self, sent: int, inter: bool) -> None:
+        self.stats["allreduce_sent_inter" if inter else "allreduce_sent_intra"] += int(sent)
+
+    def _flat_sent(self, nbytes: int) -> int:
+        """Bytes of a flat ring allreduce this rank sends (to rank+1), counted
+        as inter-node when rank+1 is on another node."""
+        sent = costmodel.ring_allreduce_bytes_sent(nbytes, self.size)
+        nxt = (self.rank + 1) % self.size
+        self._count_allreduce_split(sent, self.node_of[nxt] != self.node_of[self.rank])
+        return sent
 
     def _emulated_finish(self, nbytes: int, now: float) -> float:
         """When an allreduce of ``nbytes`` posted at ``now`` leaves the emulated
@@ -426,11 +530,11 @@ class Comm:
                 del self._locks[id(a)]
                 a.flags.writeable = True
 
-    def _post(self, prim, mpi_reqs, buf, lock, seconds, nbytes, sent, tag=None, on_done=None) -> Request:
+    def _post(self, prim, mpi_reqs, buf, lock, seconds, nbytes, sent, tag=None, on_done=None, op=None) -> Request:
         """The common tail of every nonblocking primitive, called right after
         the MPI call (MPI needs writable buffers when posting): lock, emulated
         completion time, progress thread, pending set, counters."""
-        req = Request(self, mpi_reqs, buf, self._lock(lock), None, tag, on_done)
+        req = Request(self, mpi_reqs, buf, self._lock(lock), None, tag, on_done, op)
         req.ready_time = self._link_until(seconds, req.post_time)
         if self._thread is not None and req._reqs:
             req._event = self._thread.submit(req._reqs)
@@ -466,13 +570,16 @@ class Comm:
         """
         self._check(buf)
         t0 = time.perf_counter()
+        if self.hierarchical:
+            self._hierarchical_post(buf, (), None).wait()
+            return time.perf_counter() - t0
         finish = self._emulated_finish(buf.nbytes, t0)
         if self.size > 1:
             self.mpi.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
         rest = finish - time.perf_counter()
         if rest > 0:
             time.sleep(rest)
-        self._count("allreduce", buf.nbytes, costmodel.ring_allreduce_bytes_sent(buf.nbytes, self.size))
+        self._count("allreduce", buf.nbytes, self._flat_sent(buf.nbytes))
         return time.perf_counter() - t0
 
     def iallreduce(self, buf: np.ndarray, lock=(), tag=None) -> Request:
@@ -485,11 +592,58 @@ class Comm:
             TypeError, RuntimeError: as :meth:`allreduce`.
         """
         self._check(buf)
+        if self.hierarchical:
+            return self._hierarchical_post(buf, lock, tag)
         mpi_req = None
         if self.size > 1:
             mpi_req = self.mpi.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
         return self._post("allreduce", mpi_req, buf, [buf, *lock], self._modelled_seconds(buf.nbytes),
-                          buf.nbytes, costmodel.ring_allreduce_bytes_sent(buf.nbytes, self.size), tag)
+                          buf.nbytes, self._flat_sent(buf.nbytes), tag)
+
+    # --- the hierarchical path (docs/distributed.md, "Hierarchical allreduce") ----------
+    def _hierarchical_post(self, buf: np.ndarray, lock, tag) -> Request:
+        """Post ``buf`` (checked) to the hierarchical allreduce
+        (:mod:`.hierarchical`): node reduction in a shared window, the leaders'
+        allreduce across nodes, broadcast through the window.
+
+        Emulated time: only the leaders' allreduce, ``T_ring(n, N)`` over the N
+        nodes (the rest is real shared memory). Bytes: ``n`` into the node's
+        window (intra-node; 0 on a node of one rank) and, on a node's leader,
+        ``2 (N-1) n / N`` to the other nodes."""
+        out = buf.reshape(-1)  # a view taken while writable: the op writes the sum through it
+        engine = self._hierarchical_engine(buf.size)
+        inter = self.network.allreduce_time(buf.nbytes, engine.nodes) if (self.network and self.delays) else 0.0
+        op = engine.post(out, inter, drive=self._thread is None)
+        intra_sent = buf.nbytes if engine.local_size > 1 else 0
+        inter_sent = costmodel.ring_allreduce_bytes_sent(buf.nbytes, engine.nodes) if engine.leaders is not None else 0
+        self._count_allreduce_split(intra_sent, False)
+        self._count_allreduce_split(inter_sent, True)
+        return self._post("allreduce", None, buf, [buf, *lock], 0.0, buf.nbytes, intra_sent + inter_sent, tag, op=op)
+
+    def _hierarchical_engine(self, n: int):
+        """The :class:`.hierarchical.HierarchicalAllreduce` for the current node
+        layout, with a window of at least ``n`` floats per row. Building it or
+        growing the window is collective: every operation in flight is completed
+        first, so no rank blocks in it while another waits for it in a barrier
+        (every rank does this at the same call: the same layout and sizes)."""
+        from .hierarchical import HierarchicalAllreduce
+
+        eng = self._hier
+        if eng is not None and eng.layout == tuple(self.node_of) and eng.win is not None and n <= eng.capacity:
+            return eng
+        self._drain_hierarchical()
+        if eng is not None and eng.layout != tuple(self.node_of):
+            eng.free()
+            eng = self._hier = None
+        if eng is None:
+            eng = self._hier = HierarchicalAllreduce(self)
+        eng.ensure_capacity(n)
+        return eng
+
+    def _drain_hierarchical(self) -> None:
+        """Wait for every hierarchical allreduce in flight, oldest first."""
+        for r in sorted((r for r in self._pending if r._op is not None), key=lambda r: r.post_time):
+            r.wait()
 
     # --- allgatherv: 1-D arrays of any dtype and a different length per rank -------
     def _allgatherv_plan(self, array, name: str):
@@ -924,16 +1078,22 @@ class Comm:
             self.mpi.Abort(code)
         raise SystemExit(code)
 
-    def reconfigure(self, network=None, progress: str = "poll") -> None:
-        """Change the network model and the progress mode (between runs: no
-        request may be pending when the progress mode changes).
+    def reconfigure(self, network=None, progress: str = "poll", allreduce: str = "auto",
+                    ranks_per_node: int | None = None) -> None:
+        """Change the network model, the progress mode, the allreduce mode and
+        the ranks per node (between runs: no request may be pending when the
+        progress mode changes; a new node layout takes effect at the next
+        hierarchical allreduce, which every rank reaches).
 
         Raises:
-            ValueError: unknown progress mode or network.
+            ValueError: unknown progress mode, network or allreduce mode; ranks
+                per node outside 1..P.
         """
         if progress not in PROGRESS_MODES:
             raise ValueError(f"unknown progress mode {progress!r}; choose one of {', '.join(PROGRESS_MODES)}")
+        _check_allreduce_mode(allreduce)
         self.network = parse_network(network) if network else None
+        self._set_nodes(allreduce, ranks_per_node)
         if progress != self.progress_mode:
             self.close()
             self.progress_mode = progress

@@ -166,11 +166,39 @@ class VRequest:
             r.Wait()
 
 
+class VirtualWin:
+    """A shared-memory window of an emulated node (``MPI.Win.Allocate_shared``):
+    one NumPy buffer that every rank of the node sees; rank r's segment
+    starts where rank r-1's ends, as in MPI's default contiguous layout."""
+
+    def __init__(self, memory: np.ndarray, offsets: list, disp_unit: int):
+        self.memory, self.offsets, self.disp_unit = memory, offsets, disp_unit
+
+    def Shared_query(self, rank: int):
+        """``(segment of rank, disp_unit)``: the segment as a uint8 array."""
+        return self.memory[self.offsets[rank]:self.offsets[rank + 1]], self.disp_unit
+
+    def Free(self) -> None:
+        self.memory = None
+
+
+class _Win:
+    """``MPI.Win``: only ``Allocate_shared``, a collective over ``comm``."""
+
+    @staticmethod
+    def Allocate_shared(size: int, disp_unit: int = 1, info=None, comm=None) -> VirtualWin:
+        if not isinstance(comm, VirtualComm):
+            raise VirtualMPIError("Win.Allocate_shared needs the node's virtual communicator (comm=...)")
+        return comm._allocate_shared(int(size), int(disp_unit))
+
+
 class MPI:
     """The part of ``mpi4py.MPI`` that :class:`~minips.distributed.comm.Comm`
     uses, for virtual communicators (``VIRTUAL`` tells Comm which it has)."""
 
     VIRTUAL = True
+    COMM_NULL = None  # Split's answer to MPI.UNDEFINED
+    Win = _Win
     IN_PLACE = _Constant("IN_PLACE")
     BYTE = _Constant("BYTE")
     SUM = _Op("SUM", np.add, lambda a, b: a + b)
@@ -644,6 +672,24 @@ class VirtualComm:
     def Barrier(self) -> None:
         self._wait(self._collective("barrier", None, lambda slot: None))
 
+    def Ibarrier(self) -> VRequest:
+        return self._collective("barrier", None, lambda slot: None)
+
+    def _allocate_shared(self, size: int, disp_unit: int) -> VirtualWin:
+        """Collective: one buffer for the ranks of this communicator, which must
+        all be on one emulated node (the world's ``ranks_per_node``)."""
+        def finish(slot):
+            nodes = {r // self.world.ranks_per_node for r in self.ctx.ranks}
+            if len(nodes) > 1:
+                raise VirtualMPIError(f"Win.Allocate_shared over ranks {self.ctx.ranks} of different emulated nodes "
+                                      f"({self.world.ranks_per_node} rank(s) per node): they share no memory")
+            sizes = [s for s, _ in slot.payloads]
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+            win = VirtualWin(np.zeros(offsets[-1], np.uint8), offsets, disp_unit)
+            for r in slot.requests:
+                r.value = win
+        return self._wait(self._collective("win_allocate_shared", (size, disp_unit), finish))
+
     # pickled objects: each rank unpickles its own copy, as after a real message
     def bcast(self, obj, root: int = 0):
         data = pickle.dumps(obj) if self.rank == root else None
@@ -874,7 +920,7 @@ def _join(ended, world: World, grace_s: float = 30.0) -> None:
 
 
 def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | None = None,
-        network=None, progress: str = "poll", **kwargs) -> list:
+        network=None, progress: str = "poll", allreduce: str = "auto", **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``size`` virtual ranks (threads of this
     process); returns the list of the ranks' return values, by rank.
 
@@ -889,8 +935,9 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
         size: ranks P, 1..:data:`MAX_RANKS`.
         fn: the function every rank runs (the same code as under ``mpiexec``).
         cores: ranks computing at once (default: the cores this process may use).
-        ranks_per_node: ranks per emulated node (``Comm.local_size``); default P.
-        network, progress: as for :class:`Comm`.
+        ranks_per_node: ranks per emulated node (``Comm.local_size``, and the
+            node layout of each rank's Comm, as ``--ranks-per-node``); default P.
+        network, progress, allreduce: as for :class:`Comm`.
 
     Raises:
         ValueError: ``size`` out of range, or this process was started by mpiexec,
@@ -924,7 +971,8 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
             numba.set_num_threads(1)  # per thread
             environ.begin_rank(env)
             world.take_slot()
-            comm = Comm(VirtualComm(world, world.root, rank), network=network, progress=progress)
+            comm = Comm(VirtualComm(world, world.root, rank), network=network, progress=progress,
+                        allreduce=allreduce, ranks_per_node=ranks_per_node)
             _set_rank_world(comm)
             results[rank] = fn(*args, **kwargs)
             world.rank_done(rank)
