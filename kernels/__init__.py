@@ -17,10 +17,9 @@ edit. The gradient predictors of pseudo-sync are not kernels: each rule is
 written once, in its own file under ``minips/distributed/algorithms/``, and
 that code always runs. Slower (the convolution's twin
 several times so), same results to float rounding. The switch is read at every
-call, so a test or a notebook can flip it with ``os.environ``.
+call, so a test or a notebook can flip it with ``os.environ`` (on virtual
+ranks each rank reads its own copy of the environment: :mod:`minips.environ`).
 """
-import os
-
 from .threads import configure_threads, set_passive_wait, threads_per_rank  # noqa: F401
 
 set_passive_wait()   # before Numba loads its OpenMP runtime: idle threads sleep, not spin
@@ -32,7 +31,8 @@ REFERENCE_ENV = "MINIPS_REFERENCE_KERNELS"
 def reference_kernels() -> bool:
     """Whether the readable NumPy twins run instead of the Numba kernels
     (``MINIPS_REFERENCE_KERNELS`` set to anything but "" or "0")."""
-    return os.environ.get(REFERENCE_ENV, "") not in ("", "0")
+    from ..environ import get
+    return get(REFERENCE_ENV, "") not in ("", "0")
 
 
 def impl(module):

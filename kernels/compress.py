@@ -24,7 +24,7 @@ from numba import njit
 __all__ = ["qsgd_quantize", "qsgd_dequantize", "countsketch_accumulate", "countsketch_query"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _qsgd_quantize(v, s, bucket, u, norms, codes):
     d = v.size
     nb = norms.size
@@ -68,7 +68,7 @@ def qsgd_quantize(v: np.ndarray, s: int, bucket: int, u: np.ndarray):
     return norms, codes
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _qsgd_dequantize(norms, codes, s, bucket, out):
     for j in range(codes.size):
         out[j] = np.float32(np.float64(norms[j // bucket]) * codes[j] / s)
@@ -81,7 +81,7 @@ def qsgd_dequantize(norms: np.ndarray, codes: np.ndarray, s: int, bucket: int) -
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cs_accumulate(v, buckets, signs, table):
     rows = buckets.shape[0]
     for r in range(rows):
@@ -103,7 +103,7 @@ def countsketch_accumulate(v: np.ndarray, buckets: np.ndarray, signs: np.ndarray
     return table
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cs_query(table, buckets, signs, out):
     rows = buckets.shape[0]
     est = np.empty(rows, np.float32)

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["CPUInfo", "detect", "measure_fma_gflops", "measure_vector_peak", "fma_loop_ir", "measure_bandwidth_gbs"]
+__all__ = ["CPUInfo", "detect", "describe", "measure_fma_gflops",
+           "measure_vector_peak", "fma_loop_ir", "measure_bandwidth_gbs"]
 
 
 @dataclass
@@ -151,7 +152,24 @@ def detect() -> CPUInfo:
     return CPUInfo(model, vendor, cores_on_node(), simd, bits, units, ghz, source, isa)
 
 
-@njit(fastmath=True, cache=True)
+def describe() -> str:
+    """This CPU in one line, for the header of every timing file, e.g.
+    ``AMD EPYC, AuthenticAMD family 25 model 1, AVX2, 2 cores``.
+
+    The model name alone does not tell the CPU generation inside a virtual
+    machine ("AMD EPYC" was a Zen 3 in one session and a Zen 4 in another), so
+    the vendor's family and model numbers and the widest vector instruction set
+    go with it. Outside Linux the fields /proc/cpuinfo lacks are left out."""
+    from .threads import cores_on_node
+    fields = _cpuinfo_fields()
+    info = detect()
+    ident = " ".join(f"{k} {fields[f]}" for k, f in (("family", "cpu family"), ("model", "model")) if f in fields)
+    vendor = fields.get("vendor_id", "")
+    parts = [info.model, f"{vendor} {ident}".strip(), info.simd, f"{cores_on_node()} cores"]
+    return ", ".join(p for p in parts if p)
+
+
+@njit(fastmath=True, cache=True, nogil=True)
 def _fma_chains(n, a, b):
     # 64 independent accumulators: enough vector registers' worth of separate
     # dependency chains to keep every FMA unit busy despite its latency.
@@ -293,7 +311,7 @@ def measure_vector_peak(info: CPUInfo | None = None, seconds: float = 0.6) -> di
                        f"{rounds} runs")}
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _copy(src, dst):
     for i in prange(src.size):
         dst[i] = src[i]

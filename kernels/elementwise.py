@@ -18,14 +18,14 @@ from numba import njit, prange
 __all__ = ["relu_forward", "relu_backward"]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _relu_forward(x, y):
     for i in prange(x.size):
         v = x[i]
         y[i] = 0 if v < 0 else v      # NaN is not < 0: it passes through
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _relu_backward(y, gy, gx):
     for i in prange(y.size):
         gx[i] = gy[i] if y[i] > 0 else 0

@@ -13,7 +13,7 @@ from numba import njit, prange
 __all__ = ["softmax_xent_forward", "softmax_xent_backward"]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _forward(z, y, probs, losses):
     n, c = z.shape
     for i in prange(n):
@@ -31,7 +31,7 @@ def _forward(z, y, probs, losses):
         losses[i] = np.log(s) + m - z[i, y[i]]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _backward(probs, y, scale, grad):
     n, c = probs.shape
     for i in prange(n):

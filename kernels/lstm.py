@@ -50,7 +50,7 @@ __all__ = ["lstm_forward", "lstm_backward", "step_forward", "step_backward", "ta
 
 # error_model="numpy": no Python ZeroDivisionError check inside loops (it
 # would stop the vectorizer); fastmath lets LLVM reassociate and use FMA.
-_FAST = dict(fastmath=True, error_model="numpy", cache=True)
+_FAST = dict(fastmath=True, error_model="numpy", cache=True, nogil=True)
 
 # Constants typed float32: a Python literal (1, 0.5) is float64 in Numba and
 # would silently promote float32 arithmetic to float64. Both are exact in

@@ -115,18 +115,20 @@ def set_blas_env(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
-def set_threads(n: int) -> int:
-    """Use ``n`` threads in Numba (capped at its pool size, at least 1) and,
-    through threadpoolctl when it is installed, in BLAS; returns the count used."""
+def set_threads(n: int, blas: bool = True) -> int:
+    """Use ``n`` threads in Numba (capped at its pool size, at least 1; Numba's
+    count is per calling thread) and, with ``blas``, through threadpoolctl when
+    it is installed, in BLAS (for the whole process); returns the count used."""
     import numba
 
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(n)
-    except ImportError:
-        pass
+    if blas:
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(n)
+        except ImportError:
+            pass
     return n
 
 

@@ -11,6 +11,36 @@ Quick tour::
 See README.md and tutorials/.
 """
 import os as _os
+import signal as _signal
+import sys as _sys
+
+
+def _defer_sigint_while_starting():
+    """``python -m minips``: note a Ctrl-C (SIGINT) that arrives while the
+    interpreter imports NumPy, Numba and minips, instead of raising
+    KeyboardInterrupt in the middle of an import (a long traceback, and under
+    mpiexec a rank that dies before MPI starts). :func:`minips.cli.main`
+    restores the usual handler once the imports are done and then ends the run
+    (every rank of an MPI job) with one line. Only for the command line:
+    a program that imports minips keeps its own SIGINT handling."""
+    argv = getattr(_sys, "orig_argv", [])
+    i = argv.index("-m") if "-m" in argv else -1
+    if _sys.argv[:1] != ["-m"] or argv[i + 1:i + 2] != ["minips"] or i < 0:
+        return
+    if _signal.getsignal(_signal.SIGINT) is not _signal.default_int_handler:
+        return  # someone else's handler (or SIGINT ignored): leave it
+    _signal.signal(_signal.SIGINT, _note_startup_sigint)
+
+
+#: SIGINTs noted while ``python -m minips`` started (see _defer_sigint_while_starting)
+_STARTUP_SIGINT: list = []
+
+
+def _note_startup_sigint(signum, frame):
+    _STARTUP_SIGINT.append(signum)
+
+
+_defer_sigint_while_starting()
 
 
 def _limit_blas_threads():

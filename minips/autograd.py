@@ -34,14 +34,38 @@ import numpy as np
 from .tensor import Tensor
 
 __all__ = ["Function", "no_grad", "enable_grad", "is_grad_enabled", "backward",
-           "backward_callbacks"]
+           "backward_callbacks", "CallbackList"]
 
 _state = threading.local()
 
-#: Functions called with no arguments after every node's backward. The
-#: distributed layer adds ``comm.progress`` here ("poll" progress mode) so a
-#: nonblocking allreduce advances between layers; empty otherwise.
-backward_callbacks: list = []
+class CallbackList(threading.local):
+    """A list of functions of no arguments, one list per thread: each rank of
+    a virtual job (a thread) registers and calls only its own."""
+
+    def __init__(self):
+        self._items: list = []
+
+    def append(self, fn) -> None:
+        self._items.append(fn)
+
+    def remove(self, fn) -> None:
+        self._items.remove(fn)
+
+    def __iter__(self):
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, fn) -> bool:
+        return fn in self._items
+
+
+#: Functions called with no arguments after every node's backward (in the
+#: thread that registered them). The distributed layer adds ``comm.progress``
+#: here ("poll" progress mode) so a nonblocking allreduce advances between
+#: layers; empty otherwise.
+backward_callbacks = CallbackList()
 
 # Creation counter of graph nodes: creation order is a topological order.
 _sequence = itertools.count()

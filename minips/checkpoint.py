@@ -236,8 +236,9 @@ def restore_trainer(trainer, path) -> None:
     if int(state["world_size"]) != comm.size:
         raise CheckpointError(
             f"checkpoint {path} was written by {state['world_size']} rank(s), this job has "
-            f"{comm.size}; resume with mpiexec -n {state['world_size']} (the data sharding and the "
-            "averaged gradients depend on the number of ranks, so the trajectory cannot continue otherwise)")
+            f"{comm.size}; resume with mpiexec -n {state['world_size']} or --virtual-ranks {state['world_size']} "
+            "(the data sharding and the averaged gradients depend on the number of ranks, so the trajectory "
+            "cannot continue otherwise)")
     saved.setdefault("partition", "iid")  # checkpoints from before partitions
     diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
             if saved.get(k) != getattr(cfg, k)]
@@ -289,6 +290,11 @@ def _reuse_thread_count(trainer, saved: int) -> None:
 
     now = int(getattr(trainer, "threads", 0) or 0)
     if not saved or not now or saved == now or os.environ.get("NUMBA_NUM_THREADS"):
+        return
+    if getattr(trainer.comm, "virtual", False):  # a virtual rank keeps its one thread (P threads share the cores)
+        if trainer.comm.rank == 0:
+            print(f"minips: the checkpoint ran with {saved} Numba thread(s) per rank, virtual ranks use 1; the "
+                  "resumed run may differ from an uninterrupted one in the last bits", file=sys.stderr, flush=True)
         return
     if saved > numba.config.NUMBA_NUM_THREADS:
         if trainer.comm.rank == 0:

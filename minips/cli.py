@@ -78,6 +78,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                                      "or alpha=SECONDS,beta=SECONDS_PER_BYTE")
     p.add_argument("--progress", choices=["none", "poll", "thread"], help="how nonblocking MPI requests "
                    f"progress (default {d.progress})")
+    p.add_argument("--virtual-ranks", type=int, metavar="P",
+                   help="run P ranks as threads of this one process (no mpiexec), each running the same step and "
+                        "algorithm as an MPI rank, with the same partition, initial weights and data order; step "
+                        "times are then not cluster times (outputs say VIRTUAL; see docs/distributed.md)")
     p.add_argument("--check-replicas", type=int, help="compare weight hashes across ranks every N steps")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every N steps (0 = off)")
     p.add_argument("--resume", help="checkpoint file to resume from (the run folder's files are rewritten)")
@@ -125,7 +129,46 @@ def config_from_args(args):
 def cmd_train(args) -> int:
     from .train import Trainer
     cfg = config_from_args(args)
+    if cfg.virtual_ranks:
+        return run_virtual(cfg, lambda: Trainer(cfg).run())
     Trainer(cfg).run()
+    return 0
+
+
+#: what a rank reports in one line (``error: ...``) instead of a traceback
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, RuntimeError, KeyError, EOFError,
+               pickle.UnpicklingError)
+
+
+def run_virtual(cfg, fn) -> int:
+    """Run ``fn()`` on ``cfg.virtual_ranks`` virtual ranks (threads of this
+    process); returns the exit status. Each rank handles an exception as a
+    rank under mpiexec does in :func:`main`: it prints one line (or the
+    traceback of an unexpected error) prefixed with its rank and aborts the
+    job, so the status is the one ``mpiexec`` would return."""
+    from .distributed.comm import abort_on_exception, get_comm, virtual
+
+    def rank():
+        comm = get_comm()
+        try:
+            return fn()
+        except USER_ERRORS as e:
+            msg = f"error: {_numba_cache_message(e) or e}"
+            if comm.size > 1:
+                comm.abort(msg)
+            print(msg, file=sys.stderr)
+            if os.environ.get("MINIPS_TRACEBACK"):
+                raise
+            raise SystemExit(2) from None
+        except BaseException as e:  # noqa: BLE001 - as under mpiexec: end every rank
+            if comm.size > 1:
+                abort_on_exception(comm, e)
+            raise
+
+    try:
+        virtual.run(cfg.virtual_ranks, rank, network=cfg.network, progress=cfg.progress)
+    except KeyboardInterrupt:  # Ctrl-C before the ranks' stop protocol was armed: the job was ended
+        return 130
     return 0
 
 
@@ -151,6 +194,7 @@ def cmd_data(args) -> int:
 def cmd_algorithms(args) -> int:
     """List every registered algorithm (text, or JSON with ``--json``)."""
     import json
+    import textwrap
 
     from .distributed.algorithms import describe_algorithms
     rows = describe_algorithms()
@@ -162,7 +206,7 @@ def cmd_algorithms(args) -> int:
     for r in rows:
         ident = "ranks identical" if r["replicated"] else "ranks hold different weights"
         print(f"{r['name']}  [{r['family']}; {ident}]")
-        print(f"    {r['summary']}")
+        print(textwrap.fill(r["summary"], 100, initial_indent="    ", subsequent_indent="    "))
         if r["positional"]:
             print(f"    short form: {r['name']}:" + ":".join(p.upper() for p in r["positional"]))
         for o in r["options"]:
@@ -240,8 +284,11 @@ class Parser(argparse.ArgumentParser):
             if hints:
                 message += "\n" + "\n".join(hints)
             message += f"\n(all options: {parser.prog} --help)"
-        parser.print_usage(sys.stderr)
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
+        text = parser.format_usage() + f"{parser.prog}: error: {message}"
+        from .distributed.comm import fail_before_mpi, launched_by_mpi
+        if launched_by_mpi():  # every rank parses the same arguments: say it once for the job
+            raise SystemExit(fail_before_mpi(text, 2))
+        parser.exit(2, text + "\n")
 
     def _chosen_subparser(self, argv=None):
         """The (innermost) subcommand's parser named in the arguments, or None."""
@@ -317,27 +364,38 @@ def _load_optional():
 
 
 def main(argv=None) -> int:
-    """Entry point; returns the exit status. User errors print one line, not a traceback."""
-    args = build_parser().parse_args(argv)
+    """Entry point; returns the exit status. User errors print one line, not a
+    traceback; under mpiexec, once per job when caught before MPI starts."""
+    try:
+        args = build_parser().parse_args(argv)
+    finally:
+        interrupted = _end_startup_sigint_deferral()
     if getattr(args, "reference_kernels", None):
         from .kernels import REFERENCE_ENV
         os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
-    from .distributed.comm import launched_by_mpi
-    under_mpi = launched_by_mpi()
+    from .distributed.comm import fail_before_mpi, in_virtual_rank, launched_by_mpi, mpi_started
+    under_mpi = launched_by_mpi() or in_virtual_rank()  # a virtual rank handles errors as an MPI rank does
     try:
+        if interrupted:  # a Ctrl-C during the imports, held back until they were done
+            raise KeyboardInterrupt
+        if under_mpi and getattr(args, "virtual_ranks", None):
+            raise ValueError("--virtual-ranks runs every rank as a thread of one process: start it without mpiexec "
+                             "(or drop --virtual-ranks to run one rank per MPI process)")
         return args.func(args) or 0
     except BrokenPipeError:  # output piped into head/less that closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, RuntimeError, KeyError, EOFError,
-            pickle.UnpicklingError) as e:
+    except USER_ERRORS as e:
         msg = f"error: {_numba_cache_message(e) or e}"
         if under_mpi and _world_size() > 1:
             from .distributed.comm import get_comm
             get_comm().abort(msg)  # ends every rank
-        print(msg, file=sys.stderr)
         if os.environ.get("MINIPS_TRACEBACK"):
+            print(msg, file=sys.stderr)
             raise
+        if under_mpi and not mpi_started():  # every rank has the same options: once for the job
+            return fail_before_mpi(msg, 2)
+        print(msg, file=sys.stderr)
         return 2
     except BaseException as e:  # noqa: BLE001 - any other failure must not leave ranks hanging
         # KeyboardInterrupt (SIGINT on one rank) and SystemExit (sys.exit on one
@@ -345,7 +403,24 @@ def main(argv=None) -> int:
         if under_mpi and _world_size() > 1:
             from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
+        if isinstance(e, KeyboardInterrupt) and not mpi_started():  # before any run: one line, not a traceback
+            return fail_before_mpi("interrupted (SIGINT) while starting, before MPI started; ending every rank (to "
+                                   "stop a run and keep a checkpoint, send SIGTERM or Ctrl-C to mpiexec once it "
+                                   "trains)" if under_mpi else "interrupted (SIGINT) while starting; nothing ran", 130)
         raise
+
+
+def _end_startup_sigint_deferral() -> bool:
+    """Give SIGINT back to Python's handler if ``python -m minips`` held it back
+    during the imports (minips/__init__.py); returns whether one arrived."""
+    import signal
+
+    import minips
+    if signal.getsignal(signal.SIGINT) is minips._note_startup_sigint:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    arrived = bool(minips._STARTUP_SIGINT)
+    minips._STARTUP_SIGINT.clear()
+    return arrived
 
 
 def _numba_cache_message(e: BaseException) -> str | None:
@@ -368,5 +443,5 @@ def _numba_cache_message(e: BaseException) -> str | None:
 
 
 def _world_size() -> int:
-    from .distributed import comm as c
-    return c._world.size if c._world is not None else 1
+    from .distributed.comm import world_size
+    return world_size()

@@ -15,8 +15,8 @@ reports them (:mod:`minips.stats`).
 
 Writes ``OUT/<label>/`` (each run's train outputs), ``OUT/compare.md``,
 ``OUT/compare.json`` and ``OUT/accuracy.png``, ``OUT/breakdown.png``, ``OUT/trace.png``,
-and when the runs counted their traffic ``OUT/traffic.png``, ``OUT/accuracy-bytes.png``
-and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
+``OUT/consensus.png`` when some method's ranks differ, and when the runs counted their
+traffic ``OUT/accuracy-bytes.png`` and ``OUT/accuracy-traffic.png`` (:func:`minips.plots.plot_runs`).
 """
 from __future__ import annotations
 
@@ -126,10 +126,13 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
     metric = metric_cols[0][0]
     ratios = [traffic_ratio(s, summaries) for s in summaries]
     has_ratio = any(r is not None for r in ratios)
-    head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), "images/s",
-            "step ms", "compute ms", "wait ms", "own ms", "overlap eff.", "MiB sent/step",
-            *([f"sent vs {BASELINE}"] if has_ratio else []), *([f"s to {target:g}"] if target is not None else []),
-            "wall s"]
+    virt = any(s.get("virtual") for s in summaries)  # ranks were threads: times are not a cluster's
+    tag = " (VIRTUAL)" if virt else ""
+    net = next((s.get("projected_network") for s in summaries if s.get("projected_network")), "")
+    head = ["algorithm", *[c for _, c in metric_cols], *(["consensus"] if diverse else []), f"images/s{tag}",
+            f"step ms{tag}", *([f"projected step ms ({net})"] if virt else []), "compute ms", "wait ms", "own ms",
+            "overlap eff.", "MiB sent/step", *([f"sent vs {BASELINE}"] if has_ratio else []),
+            *([("projected " if virt else "") + f"s to {target:g}"] if target is not None else []), f"wall s{tag}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s, ratio in zip(summaries, ratios):
         b = s["time_breakdown"]
@@ -138,7 +141,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
         cons = s.get("consensus_distance")
         row = [s["label"], *[_fmt(s.get(k)) for k, _ in metric_cols],
                *([("-" if cons is None else f"{cons:.3g}")] if diverse else []), f"{s['images_per_s']:.0f}",
-               f"{1e3 * s['step_time_s']:.2f}", f"{1e3 * (b['forward'] + b['backward']):.2f}",
+               f"{1e3 * s['step_time_s']:.2f}",
+               *([_ms(s.get("projected_step_time_s"))] if virt else []), f"{1e3 * (b['forward'] + b['backward']):.2f}",
                f"{1e3 * b['wait']:.2f}", f"{1e3 * _own(b):.2f}", "n/a" if eff is None else f"{eff:.2f}",
                _mib(s.get("bytes_sent_per_step")),
                *(["n/a" if ratio is None else f"{ratio:.3g}x"] if has_ratio else []),
@@ -152,8 +156,16 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
               + (f" s to {target:g} = wall seconds until the first evaluation at or above {metric} {target:g} "
                  "(evaluations happen once per epoch)." if target is not None else "")
               + (" Test metrics of runs whose ranks differ are of the model averaged over ranks; consensus = "
-                 "(1/P) sum_i ||w_i - mean w||^2 at the last evaluation." if diverse else "")]
+                 "(1/P) sum_i ||w_i - mean w||^2 at the end of training (the evaluation after the last step; "
+                 "consensus.png shows it as a star after the values logged during training)." if diverse else "")
+              + (f" VIRTUAL: the ranks were threads of one process, so measured times are not cluster times; "
+                 f"projected = the algorithm's cost model on {net} at this P from the compute measured per rank"
+                 + (" (times to the target use it)" if target is not None else "") + "." if virt else "")]
     return "\n".join(lines)
+
+
+def _ms(v):
+    return "n/a" if v is None else f"{1e3 * v:.2f}"
 
 
 def _fmt(v):
@@ -178,7 +190,21 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
     the summaries. ``target``: see :func:`markdown_table`. ``seeds``: run every
     algorithm once per seed (None or one seed: ``base_cfg.seed``'s single
     runs); ``within``: the target gap to the baseline in points, for the
-    statistics over seeds (:func:`seeds_report`)."""
+    statistics over seeds (:func:`seeds_report`).
+
+    Every entry is checked before the first run, as far as a run checks itself
+    before training (:meth:`minips.train.Trainer.preflight`: e.g. a topology
+    that does not fit the number of ranks, a compressor larger than the
+    model, a staleness above the run's steps), so a bad last entry does not
+    cost the runs before it. ``compare.md`` and ``compare.json`` are rewritten
+    after each run with the runs finished so far (and the ones still to run),
+    so a later run that fails, or a job that is killed, keeps the report of
+    what finished.
+
+    Raises:
+        ConfigError: an entry that a run would refuse, naming the entry.
+    """
+    from .config import ConfigError
     from .distributed.comm import get_comm
     from .train import Trainer
 
@@ -189,35 +215,83 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
     runs = [(e, s) for s in seeds for e in algos] if many else [(e, None) for e in algos]
     check_algos(base_cfg, algos, out, seeds if many else None)
     comm = get_comm(base_cfg.network, base_cfg.progress)
+    for entry in algos:  # collective: every rank builds every entry once, nothing is written
+        try:
+            Trainer(_run_config(base_cfg, entry, out), comm).preflight()
+        except ValueError as e:
+            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
     if comm.rank == 0 and base_cfg.overwrite:
         from .rundir import clear_run_files
         clear_run_files(out)
     summaries = []
+    report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
     for entry, seed in runs:
         cfg = _run_config(base_cfg, entry, out, seed)
         if comm.rank == 0 and not cfg.quiet:
             print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
-        summaries.append(Trainer(cfg, comm).run())
+        try:
+            summaries.append(Trainer(cfg, comm).run())
+        except BaseException as e:
+            if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
+                _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
+            raise
+        if comm.rank == 0 and len(summaries) < len(runs):
+            _write_report(out, summaries, **report)
     if comm.rank == 0:
         from .plots import plot_runs
-        first = summaries[0]
-        network = "EMULATED " + first["network"] if first["network_emulated"] else "real"
-        header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
-                  f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
-                  f"epoch(s) of {first['epochs_planned']} planned), "
-                  + (f"seeds {', '.join(map(str, seeds))}" if many else f"seed {first['seed']}")
-                  + f", network: {network}, progress: {first['progress']}\n\n")
-        if many:
-            table = seeds_report(summaries, within) + "\n" + "\n".join(
-                f"## seed {s}\n\n" + markdown_table([x for x in summaries if x["seed"] == s], target) + "\n"
-                for s in seeds)
-        else:
-            table = markdown_table(summaries, target)
-        atomic_write(out / COMPARE_MD, header + table + "\n")
-        write_json(out / COMPARE_JSON, summaries)
-        plot_runs([Path(cfg_out) for cfg_out in (_run_config(base_cfg, e, out, s).out for e, s in runs)], out)
-        print("\n" + header + table, flush=True)
+        text = _write_report(out, summaries, **report)
+        plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
+        print("\n" + text, flush=True)
     return summaries
+
+
+def _run_name(entry: dict, seed: int | None) -> str:
+    return entry["label"] + (f" (seed {seed})" if seed is not None else "")
+
+
+def _write_report(out: Path, summaries: list[dict], runs: list[tuple], target, seeds: list[int] | None,
+                  within: float | None, failed=None) -> str:
+    """Write ``compare.md`` (header, table or statistics over seeds, and while
+    runs are missing which ones and why) and ``compare.json`` for the runs
+    finished so far; returns the markdown."""
+    first = summaries[0]
+    network = "EMULATED " + first["network"] if first["network_emulated"] else "real"
+    where = (f"VIRTUAL ranks (threads of one process), times projected on {first.get('projected_network')}"
+             if first.get("virtual") else f"network: {network}")
+    header = (f"# compare: {first['model']} on {first['data']}, {first['world_size']} rank(s), "
+              f"batch {first['batch_size_per_rank']}/rank, {first['steps']} steps ({first['epochs']} complete "
+              f"epoch(s) of {first['epochs_planned']} planned), "
+              + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {first['seed']}")
+              + f", {where}, progress: {first['progress']}; cpu: {first.get('cpu', 'not recorded')}, "
+              f"load average at the end {first.get('load_average_end')}\n\n")
+    shared = [s for s in summaries if s.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        header += (f"**Ranks shared cores** (oversubscribed: {o['ranks_on_node']} ranks on {o['cores']} core(s) of "
+                   f"a node, in {len(shared)} of {len(summaries)} run(s)): they took turns, so every timing below "
+                   "(images/s, step and phase ms, overlap, wall s) measures the sharing as much as the method; "
+                   "run with at most as many ranks as cores per node to compare speeds.\n\n")
+    if seeds:
+        done_seeds = [s for s in seeds if any(x["seed"] == s for x in summaries)]
+        table = seeds_report(summaries, within) + "\n" + "\n".join(
+            f"## seed {s}\n\n" + markdown_table([x for x in summaries if x["seed"] == s], target) + "\n"
+            for s in done_seeds)
+    else:
+        table = markdown_table(summaries, target)
+    text = header + table
+    missing = [_run_name(e, s) for e, s in runs[len(summaries):]]
+    if missing:
+        text += f"\n\n**Incomplete**: {len(summaries)} of {len(runs)} runs finished."
+        if failed is not None:
+            name, error = failed
+            why = str(error).splitlines()[0] if str(error).strip() else ""
+            text += f" {name} failed ({type(error).__name__}{': ' + why if why else ''})."
+        rest = [m for m in missing if failed is None or m != failed[0]]
+        if rest:
+            text += f" Not run{' yet' if failed is None else ''}: {', '.join(rest)}."
+    atomic_write(out / COMPARE_MD, text + "\n")
+    write_json(out / COMPARE_JSON, summaries)
+    return text
 
 
 def seeds_report(summaries: list[dict], within: float | None = None) -> str:
@@ -321,5 +395,9 @@ def _cmd_compare(args) -> int:
     if args.within is not None and (seeds is None or len(seeds) < 2):
         raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
                           "interval over seeds)")
-    run_compare(cfg, parse_algos(args.algos), cfg.out, target, seeds, args.within)
+    algos = parse_algos(args.algos)
+    if cfg.virtual_ranks:
+        from .cli import run_virtual
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
     return 0

@@ -55,6 +55,11 @@ class TrainConfig:
     it is multiplied by P (linear scaling rule, Goyal et al. 2017) and warmed
     up linearly over ``warmup_epochs``.
 
+    ``virtual_ranks`` = P > 0 runs the P ranks as threads of this process
+    (:mod:`minips.distributed.comm.virtual`) instead of one per ``mpiexec``
+    process; it is an option of the launcher (:func:`minips.train.train`,
+    the CLI), not of one rank's :class:`~minips.train.Trainer`.
+
     ``algo`` is an algorithm spec, ``NAME[:key=value]...[@LABEL]`` (see
     ``python -m minips algorithms``). ``predictor``, ``staleness``,
     ``bucket_mb`` and ``predictor_options`` are the older flags for those
@@ -95,6 +100,7 @@ class TrainConfig:
     eval_rank0: bool = False
     overwrite: bool = False
     val_fraction: float = 0.0
+    virtual_ranks: int = 0
 
     def algo_defaults(self) -> dict:
         """The older per-option flags as algorithm option defaults (see the class doc)."""
@@ -134,7 +140,12 @@ class TrainConfig:
         need(self.bucket_mb is None or self.bucket_mb >= 0, "--bucket-mb must be >= 0")
         need(0 <= self.val_fraction < 1, f"--val-fraction must be in [0, 1) (0 = no validation split; e.g. "
                                          f"0.1 holds out 10% of the training set), got {self.val_fraction}")
+        need(self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1 (samples per forward pass when "
+                                        f"evaluating; it only bounds memory, e.g. 500), got {self.eval_batch_size}")
         need(self.consensus_every >= 0, "--consensus-every must be >= 0 (0 = only at evaluations)")
+        from .distributed.comm.virtual import MAX_RANKS
+        need(0 <= self.virtual_ranks <= MAX_RANKS, f"--virtual-ranks must be in 1..{MAX_RANKS} (0 = off: one rank "
+                                                   f"per process), got {self.virtual_ranks}")
         need(self.progress in ("none", "poll", "thread"),
              f"--progress must be none, poll or thread, got {self.progress!r}")
 

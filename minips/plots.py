@@ -2,10 +2,11 @@
 
 ``python -m minips plot RUN_DIR [RUN_DIR ...] --out DIR`` draws, for runs
 written by ``train`` or ``compare``: test accuracy per epoch and against wall
-time, the stacked per-step timing breakdown, the per-step training loss and
-predictor diagnostics (lambda, forecast cosine) from ``trace.csv``, and (when
-the runs counted their traffic) accuracy against MiB sent with the consensus
-distance of runs whose ranks hold different weights.
+time (from the end of the warm-up steps, so a process's first run does not
+carry the kernels' compile), the stacked per-step timing breakdown, the
+per-step training loss and predictor diagnostics (lambda, forecast cosine)
+from ``trace.csv``, the consensus distance of runs whose ranks hold different
+weights, and (when the runs counted their traffic) accuracy against MiB sent.
 
 What a reader can rely on in every figure: each algorithm has one colour
 (:func:`algo_color`, fixed by its place in the registry), each run its own
@@ -21,7 +22,7 @@ from pathlib import Path
 from .rundir import find_runs, load_run
 from .timing import phase_names
 
-__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_traffic", "plot_runs",
+__all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_consensus", "plot_runs",
            "plot_method_curves", "plot_accuracy_vs_traffic", "run_methods", "algo_color", "run_labels",
            "run_styles", "PHASE_COLORS", "layout_problems"]
 
@@ -146,24 +147,40 @@ def _legend_beside(ax, fig, **kw) -> None:
 
 
 def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
-    """Two panels: ``metric`` against epoch (integer ticks) and against wall-clock seconds."""
+    """Two panels: ``metric`` against epoch (integer ticks) and against
+    wall-clock seconds, counted from the end of the warm-up steps when every
+    run's are known (:func:`wall_clock`): the first run of a process also
+    compiles the kernels, which would shift it right by tens of seconds. When
+    every run was on virtual ranks (whose wall clock is not a cluster's), the
+    second panel is against the projected time (steps x the cost model's step
+    time) instead."""
     from matplotlib.ticker import MaxNLocator
+
+    from .report import evaluation_curve
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    virtual = bool(runs) and all(r["summary"].get("virtual") for r in runs)
+    curves = {r["name"]: evaluation_curve(r["summary"], r.get("trace"), metric) for r in runs}
+    if virtual:
+        net = next((r["summary"].get("projected_network") for r in runs), None)
+        key, wall_label = "projected_time_s", f"projected time on {net} (s): steps x the cost model's step time"
+    else:
+        key, wall_label = wall_clock(list(curves.values()))
     for r in runs:
-        h = [x for x in r["summary"]["history"] if not x.get("partial")]  # complete epochs only
-        if not h or metric not in h[0]:
+        c = curves[r["name"]]
+        if not c:  # no complete epoch, or not this metric
             continue
         st = _style(runs, r)
-        a.plot([x["epoch"] for x in h], [x[metric] for x in h], label=r["name"], **st)
-        b.plot([x["wall_time_s"] for x in h], [x[metric] for x in h], label=r["name"], **st)
+        a.plot([p["epoch"] for p in c], [p[metric] for p in c], label=r["name"], **st)
+        if all(p.get(key) is not None for p in c):  # (a virtual run of an algorithm without a cost model: none)
+            b.plot([p[key] for p in c], [p[metric] for p in c], label=r["name"], **st)
     a.set_xlabel("epoch")
     # min_n_ticks=1: with one epoch the view spans less than one unit, and the default
     # (2 integer ticks or none) falls back to ticks such as 0.975, 1.005
     a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    b.set_xlabel("wall time (s)")
+    b.set_xlabel(wall_label, fontsize=8)
     a.set_title(f"{metric.replace('_', ' ')} per epoch")
-    b.set_title(f"{metric.replace('_', ' ')} against wall time")
+    b.set_title(f"{metric.replace('_', ' ')} against " + ("projected time (VIRTUAL ranks)" if virtual else "wall time"))
     for ax in (a, b):
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -207,7 +224,9 @@ def plot_breakdown(runs, path) -> None:
         ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
     ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
     ax.set_xlabel("ms per step (mean over steps and ranks)")
-    ax.set_title("timing breakdown per step")
+    virtual = any(r["summary"].get("virtual") for r in runs)
+    ax.set_title("timing breakdown per step" + (" (VIRTUAL ranks: threads of one process, not cluster times)"
+                                                if virtual else ""))
     ax.grid(axis="x", alpha=0.3)
     _legend_beside(ax, fig)
     fig.tight_layout()
@@ -270,83 +289,125 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     _save(fig, path)
 
 
-def plot_traffic(runs, path, metric: str = "test_accuracy") -> bool:
-    """Left: the final ``metric`` against the MiB each rank sent during
-    training (mean over ranks; log scale), one point per run (its colour and
-    marker in the legend below: labels next to coinciding points would overlap).
-    Right, when runs let ranks hold different weights: the consensus distance
-    ``(1/P) sum_i ||w_i - mean w||^2`` against the step (from trace.csv).
-    Returns False (and writes nothing) when no run recorded its traffic."""
+def consensus_points(run) -> tuple[list[tuple[int, float]], tuple[int, float] | None]:
+    """What :func:`plot_consensus` draws for one run: the consensus distance
+    during training, ``(step, value)`` for the trace rows that logged it (every
+    ``--consensus-every`` steps, 0-based step of the step just taken; zeros,
+    right after an average, left out: a log axis cannot show them), and the
+    end-of-run value of summary.json (after the last step, the value
+    ``compare.md`` reports) at step ``steps - 1``; None when the run has none."""
+    rows = [(int(t["step"]), float(t["consensus_distance"])) for t in run.get("trace") or []
+            if t.get("consensus_distance") not in (None, "") and float(t["consensus_distance"]) > 0]
+    s = run["summary"]
+    end = s.get("consensus_distance")
+    last = int(s.get("steps") or (rows[-1][0] + 1 if rows else 0)) - 1
+    return rows, (None if end is None else (max(last, 0), float(end)))
+
+
+def plot_consensus(runs, path) -> bool:
+    """How far the ranks' models drift apart, for the runs whose ranks hold
+    different weights: the consensus distance ``(1/P) sum_i ||w_i - mean w||^2``
+    against the step, filled markers during training (trace.csv, every
+    ``--consensus-every`` steps) and a hollow star at the end of training
+    (summary.json; the value compare.md reports; at 0, e.g. right after a
+    final average, it is named in the note under the axis instead), joined to
+    the run's line. Returns False (and writes nothing) when every run kept its
+    ranks identical, or every value is 0 (runs shorter than ``--consensus-every``
+    that end on an average): there is nothing to draw."""
+    shown = [(r, *consensus_points(r)) for r in runs]
+    shown = [(r, rows, end) for r, rows, end in shown if rows or end is not None]
+    if not any(rows or end[1] > 0 for _, rows, end in shown):  # nothing but zeros: nothing a log axis can show
+        return False
     plt = _plt()
     style = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker
-    pts = [(sum(r["summary"]["bytes_sent_per_rank"]) / len(r["summary"]["bytes_sent_per_rank"]) / 2**20,
-            r["summary"].get(metric), r["name"]) for r in runs if r["summary"].get("bytes_sent_per_rank")]
-    pts = [(x, y, n) for x, y, n in pts if x > 0 and y is not None]
-    if not pts:
-        return False
-    from matplotlib.ticker import LogLocator, ScalarFormatter
-    legend_rows = -(-len(runs) // 3)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2 + 0.2 * legend_rows))
-    for x, y, name in pts:
-        a.scatter([x], [y], s=36, color=style[name]["color"], marker=style[name]["marker"], label=name)
-    a.set_xscale("log")
-    a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    a.xaxis.set_major_formatter(ScalarFormatter())
-    a.xaxis.set_minor_formatter(plt.NullFormatter())
-    a.margins(x=0.15)
-    a.set_xlabel("MiB sent per rank during training (log scale)")
-    a.set_ylabel(f"final {metric.replace('_', ' ')}")
-    a.set_title("accuracy against traffic")
-    a.grid(alpha=0.3, which="both")
-    for r in runs:
-        # 0 right after an average: not drawable on a log scale, and not the drift
-        rows = [(int(t["step"]), float(t["consensus_distance"])) for t in r["trace"]
-                if t.get("consensus_distance") not in (None, "") and float(t["consensus_distance"]) > 0]
-        if rows:
-            b.plot([s for s, _ in rows], [c for _, c in rows], ms=3, label=r["name"], **style[r["name"]])
-    if b.lines:
-        b.set_yscale("log")
-        b.set_xlabel("step (points: every --consensus-every steps; 0 right after an average is left out)",
-                     fontsize=8)
-        b.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2")
-        b.set_title("how far the ranks' models drift apart")
-        b.grid(alpha=0.3, which="both")
-    else:
-        b.text(0.5, 0.5, "every run kept its ranks identical", ha="center", transform=b.transAxes)
-        b.set_axis_off()
-    handles = {}  # one legend for both panels, below them
-    for ax in (a, b):
-        for h in [*ax.collections, *ax.lines]:
-            if not h.get_label().startswith("_"):
-                handles.setdefault(h.get_label(), h)
+    legend_rows = -(-len(shown) // 3)
+    fig, ax = plt.subplots(figsize=(8.5, 4.4 + 0.2 * legend_rows))
+    zero_at_end = []
+    for r, rows, end in shown:
+        st = style[r["name"]]
+        pts = rows + ([end] if end is not None and end[1] > 0 else [])
+        if pts:
+            ax.plot([s for s, _ in pts], [c for _, c in pts], ms=3, label=r["name"], **st)
+        if end is not None and end[1] > 0:
+            ax.plot([end[0]], [end[1]], marker="*", ms=11, mfc="white", mec=st["color"], ls="none")
+        elif end is not None:
+            zero_at_end.append(r["name"])
+    ax.set_yscale("log")
+    notes = ["0 during training (right after an average) is left out"]
+    if zero_at_end:
+        notes.append("0 at the end (not on the log axis): " + ", ".join(zero_at_end))
+    ax.set_xlabel("step (0-based: the consensus after that step)\n" + "; ".join(notes), fontsize=8)
+    ax.set_ylabel("consensus distance (1/P) sum ||w_i - mean w||^2", fontsize=8)
+    ax.set_title("how far the ranks' models drift apart\nfilled: every --consensus-every steps during "
+                 "training; hollow star: at the end of training (compare.md's value)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / fig.get_figheight(), 1, 1))
+    handles = {h.get_label(): h for h in ax.lines if not h.get_label().startswith("_")}
     fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(3, len(handles)), fontsize=8, frameon=False)
     _save(fig, path)
     return True
 
 
+def topology_layout(top):
+    """Where :func:`plot_topology` draws each rank, and which edges wrap around.
+
+    Returns:
+        (xy, wrap): ``xy`` (P, 2) float64, the graph's own layout when it has
+        one (the torus's grid, the random geometric graph's points), else the
+        ranks on a circle; ``wrap`` the undirected edges (i, j), i < j, that
+        close a torus's rows or columns (drawn as stubs leaving the grid, not
+        as lines across it).
+    """
+    import numpy as np
+    P = top.P
+    if top.layout is not None:
+        xy = np.asarray(top.layout, float)
+    else:
+        ang = 2 * np.pi * np.arange(P) / P
+        xy = np.stack([np.cos(ang), np.sin(ang)], axis=1)
+    wrap = []
+    if top.name == "torus" and top.layout is not None:
+        wrap = [(j, i) for i in range(P) for j in top.in_neighbors(i)
+                if j < i and np.abs(xy[i] - xy[j]).max() > 1.5]
+    return xy, wrap
+
+
 def plot_topology(top, path) -> None:
-    """A gossip graph: ranks on a circle, an edge per nonzero off-diagonal
-    weight (an arrow when the graph is directed), the spectral gap in the title."""
+    """A gossip graph: ranks in the graph's own layout (the torus on its grid,
+    the random geometric graph at its points; the others on a circle), an edge
+    per nonzero off-diagonal weight (an arrow when the graph is directed), the
+    spectral gap in the title."""
     import numpy as np
     plt = _plt()
     P = top.P
-    ang = 2 * np.pi * np.arange(P) / P
-    xy = np.stack([np.cos(ang), np.sin(ang)], axis=1)
+    xy, wrap = topology_layout(top)
+    wrapped = set(wrap)
     fig, ax = plt.subplots(figsize=(5, 5))
     for i in range(P):
         for j in top.in_neighbors(i):  # j sends to i
             if top.directed:
                 ax.annotate("", xy=xy[i], xytext=xy[j], arrowprops={"arrowstyle": "->", "color": "#4C72B0",
                                                                        "shrinkA": 9, "shrinkB": 9})
+            elif (j, i) in wrapped:  # a stub out of the grid at both ends, towards the other end's side
+                out = -np.sign(np.where(np.abs(xy[i] - xy[j]) > 1.5, xy[i] - xy[j], 0.0))
+                for a, s in ((j, 1.0), (i, -1.0)):
+                    ax.plot(*np.stack([xy[a], xy[a] + 0.45 * s * out]).T, color="#4C72B0",
+                            lw=0.8 + 2 * top.W[i, j], alpha=0.8, ls=(0, (2, 1.5)))
             elif j < i:
                 ax.plot(*xy[[i, j]].T, color="#4C72B0", lw=0.8 + 2 * top.W[i, j], alpha=0.8)
-    ax.scatter(*xy.T, s=260, color="white", edgecolor="black", zorder=3)
+    if top.name == "random-geometric" and top.layout is not None:  # the unit square the points are drawn from
+        ax.plot([0, 1, 1, 0, 0], [0, 0, 1, 1, 0], color="grey", lw=0.6, ls=":")
+    big = P <= 32
+    ax.scatter(*xy.T, s=260 if big else 110, color="white", edgecolor="black", zorder=3)
     for i in range(P):
-        ax.text(*xy[i], str(i), ha="center", va="center", fontsize=8, zorder=4)
+        ax.text(*xy[i], str(i), ha="center", va="center", fontsize=8 if big else 6, zorder=4)
     tv = f", time-varying (step 0 of {top.period})" if top.period else ""
-    ax.set_title(f"{top.name}, P = {P}{tv}\nspectral gap 1 - |lambda_2| = {top.spectral_gap():.4f}", fontsize=10)
+    where = {"torus": "; dashed stubs: the edges that wrap around",
+             "random-geometric": "; ranks at their points in the unit square"}.get(top.name, "")
+    where = where if top.layout is not None else ""
+    ax.set_title(f"{top.name}, P = {P}{tv}\nspectral gap 1 - |lambda_2| = {top.spectral_gap():.4f}{where}",
+                 fontsize=9)
     ax.set_aspect("equal")
     ax.set_axis_off()
     fig.tight_layout()
@@ -383,13 +444,32 @@ def _method_styles(methods) -> list[dict]:
 
 
 _CURVE_AXES = {"wall_time_s": ("wall time (s)", "against wall time"),
-               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent")}
+               "mib_sent": ("MiB sent per rank (cumulative, mean over ranks)", "against MiB sent"),
+               "projected_time_s": ("projected time (s): steps x the cost model's step time",
+                                    "against projected time (VIRTUAL ranks)")}
+#: the wall-time axis when every run's warm-up seconds are known (minips.report.warmup_seconds)
+WALL_AFTER_WARMUP = ("wall time after the warm-up steps (s; their JIT compile, paid by a process's first run, "
+                     "left out)")
+WALL_WITH_WARMUP = "wall time (s; includes the first steps, where a process's first run compiles the kernels)"
+
+
+def wall_clock(curves) -> tuple[str, str]:
+    """Which clock a figure against wall time uses for these evaluation
+    curves (lists of points of :func:`minips.report.evaluation_curve`): the
+    key ``wall_after_warmup_s`` and its axis label when every point has it, so
+    that no run carries the kernels' one-time compile; else ``wall_time_s``,
+    labelled as including it."""
+    pts = [p for c in curves for p in c if p.get("wall_time_s") is not None]
+    if pts and all(p.get("wall_after_warmup_s") is not None for p in pts):
+        return "wall_after_warmup_s", WALL_AFTER_WARMUP
+    return "wall_time_s", WALL_WITH_WARMUP
 
 
 def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test_accuracy",
                        note: str = "") -> bool:
     """``metric`` at each evaluation against ``x`` (``"wall_time_s"``: seconds
-    since the start; ``"mib_sent"``: cumulative MiB each rank sent), one line
+    since the end of the warm-up steps when every run's are known, else since
+    the start, as :func:`wall_clock` says; ``"mib_sent"``: cumulative MiB each rank sent), one line
     per method, one panel per ``(title, methods)`` of ``panels`` (methods as
     :func:`run_methods` gives them; a study passes means over seeds), one
     legend below the panels. ``note``: a line under the panel titles (e.g.
@@ -398,7 +478,9 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     sent any bytes, as with one process).
 
     Raises:
-        ValueError: ``x`` is neither ``"wall_time_s"`` nor ``"mib_sent"``.
+        ValueError: ``x`` is not ``"wall_time_s"``, ``"mib_sent"`` or
+            ``"projected_time_s"`` (runs on virtual ranks: steps x the cost
+            model's step time, :func:`minips.report.project`).
     """
     if x not in _CURVE_AXES:
         raise ValueError(f"x must be one of {', '.join(_CURVE_AXES)}, got {x!r}")
@@ -407,6 +489,7 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
                 for _, ms in panels]
     if not any(drawable):
         return False
+    key, wall_label = (x, None) if x != "wall_time_s" else wall_clock([m["curve"] for ms in drawable for m in ms])
     plt = _plt()
     names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
     legend_rows = -(-len(names) // 3)
@@ -417,11 +500,12 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     styles = dict(zip(names, styles))  # a method looks the same in every panel
     for ax, (title, _), shown in zip(axes[0], panels, drawable):
         for m in shown:
-            pts = [p for p in m["curve"] if p.get(x) is not None]
-            line, = ax.plot([p[x] for p in pts], [p[metric] for p in pts], ms=4, label=m["name"],
+            pts = [p for p in m["curve"] if p.get(key) is not None]
+            line, = ax.plot([p[key] for p in pts], [p[metric] for p in pts], ms=4, label=m["name"],
                             **styles[m["name"]])
             handles.setdefault(m["name"], line)
         label, what = _CURVE_AXES[x]
+        label = wall_label or label
         if x == "mib_sent" and shown and all(p[x] > 0 for m in shown for p in m["curve"] if p.get(x) is not None):
             from matplotlib.ticker import FuncFormatter
             ax.set_xscale("log")  # compressed and local methods send 10-1000x less than the others
@@ -607,11 +691,12 @@ def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     :func:`run_labels` (``labels``: one per run, to choose them yourself).
 
     Files: ``accuracy.png`` (the metric per epoch and against wall time),
-    ``breakdown.png``, ``trace.png``, and when the runs counted their
-    traffic ``traffic.png`` (final metric against total MiB sent, consensus
-    distance), ``accuracy-bytes.png`` (the metric against cumulative MiB sent
-    per rank) and ``accuracy-traffic.png`` (final metric against MiB per
-    step, one labelled point per run).
+    ``breakdown.png``, ``trace.png``; ``consensus.png`` (the consensus
+    distance during and at the end of training) when some run's ranks hold
+    different weights; and when the runs counted their traffic
+    ``accuracy-bytes.png`` (the metric against cumulative MiB sent per rank)
+    and ``accuracy-traffic.png`` (final metric against MiB per step, one
+    labelled point per run).
 
     Raises:
         ValueError: ``labels`` of another length than the runs found.
@@ -627,8 +712,8 @@ def plot_runs(run_dirs, out_dir, labels=None) -> list[Path]:
     plot_accuracy(runs, files[0], metric)
     plot_breakdown(runs, files[1])
     plot_trace(runs, files[2])
-    if plot_traffic(runs, out / "traffic.png", metric):
-        files.append(out / "traffic.png")
+    if plot_consensus(runs, out / "consensus.png"):
+        files.append(out / "consensus.png")
     methods = run_methods(runs, metric)
     sizes = sorted({r["summary"].get("world_size") for r in runs if r["summary"].get("world_size")})
     title = "P=" + ",".join(map(str, sizes)) if sizes else "runs"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import reference_kernels
+from .kernels import cpuinfo, reference_kernels
 from .timing import PHASES
 
-__all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "WARMUP_STEPS",
-           "UNITS"]
+__all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "warmup_seconds",
+           "WARMUP_STEPS", "UNITS"]
 
 #: the first steps of a process, left out of the timing means (Numba compiles its
 #: kernels in the first step, a pipeline fills): trace.csv marks them warmup = 1
@@ -30,8 +30,21 @@ UNITS = {
     "bytes_sent_per_rank": "bytes each rank sent during the training steps",
     "bytes_sent_per_step": "bytes per step per rank (mean over ranks)",
     "warmup_steps": "steps left out of the timing means",
+    "virtual": "true when the ranks were threads of one process (--virtual-ranks): measured times are not "
+               "cluster times",
+    "projected_step_time_s": "virtual runs: seconds per step the algorithm's cost model gives at this P on "
+                             "projected_network, from projected_profile_s",
+    "projected_profile_s": "virtual runs: thread CPU seconds per step of forward, backward, update and predictor, "
+                           "mean over steps after the warm-up and over ranks",
+    "projected_time_s": "virtual runs, per history row: step x projected_step_time_s (what time-to-accuracy uses)",
+    "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
+                     "figures against wall time start after them",
+    "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
+                      "use: the ranks took turns, so the timings are not comparable",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
+    "cpu": "rank 0's CPU: model name, vendor family and model numbers, widest vector instruction set, cores",
+    "load_average_end": "the 1, 5 and 15 minute load averages of rank 0's machine when the run ended",
 }
 
 
@@ -90,22 +103,79 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
         "time_breakdown": breakdown, "time_other_s": None if step_time is None else step_time - sum(breakdown.values()),
         "step_time_s": step_time, "warmup_steps": skip,
+        "warmup_time_s": float(sum(trainer.step_times[:skip])),
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,
         "bytes_sent_per_step": float(np.mean(sent)) / steps_run,
         "network": str(comm.network) if comm.network else "real",
         "network_emulated": comm.emulated, "progress": comm.progress_mode,
         "threads_per_rank": trainer.threads,
+        "cpu": cpuinfo.describe(),  # the model name alone does not tell the CPU generation (Zen 3 or 4)
+        "load_average_end": _load_average(),
+        # {"ranks_on_node", "cores"} when more ranks than cores ran on a node (timings not comparable), else None
+        "oversubscribed": getattr(trainer, "oversubscribed", None),
         "reference_kernels": reference_kernels(),
         "stopped": stopped,
+        "virtual": comm.virtual,
         "history": trainer.history,
         "units": UNITS,
     }
+    if comm.virtual:  # what each rank computed, without its turns waiting for a core: thread CPU seconds
+        cpu = algo.timer.mean_cpu(skip)
+        cpu = {k: comm.allreduce_scalar(cpu.get(k, 0.0)) / comm.size for k in ("forward", "backward", "update",
+                                                                                "predict")}
+        out.update(project(trainer, cpu))
     for k, v in last.items():
         if k.startswith(("test_", "val_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy",
                                                              "consensus_distance"):
             out[k] = v
     return out
+
+
+#: the network whose cost model projects the step time of a virtual run given no --network
+PROJECTION_NETWORK = "10gbe"
+
+
+def project(trainer, breakdown: dict) -> dict:
+    """What a run on virtual ranks would take per step on a cluster: the
+    algorithm's own cost model (``step_time``) at this P on the run's
+    ``--network`` (default :data:`PROJECTION_NETWORK`), from ``breakdown``,
+    the profile measured here per rank (seconds per step of forward, backward,
+    update and predictor: the summary passes the ranks' mean thread CPU
+    seconds, one thread per rank; the algorithm's other phases wait for the
+    other virtual ranks, so they are left out). Sets ``projected_time_s`` =
+    step x that time on every history row. Returns the summary's
+    ``projected_*`` entries (the step time None when the algorithm has no cost
+    model)."""
+    from .distributed.costmodel import parse_network
+    from .distributed.projection import StepProfile, step_time
+
+    cfg, comm, algo = trainer.cfg, trainer.comm, trainer.algo
+    net = cfg.network or PROJECTION_NETWORK
+    flat = algo.flat
+    prof = StepProfile(forward=breakdown.get("forward", 0.0), backward=breakdown.get("backward", 0.0),
+                       update=breakdown.get("update", 0.0), predict=breakdown.get("predict", 0.0),
+                       grad_bytes=4.0 * sum(p.data.size for p in flat.params),
+                       buckets=tuple(4.0 * sum(flat.params[i].data.size for i in b.param_ids) for b in flat.buckets),
+                       shapes=tuple(p.data.shape for p in flat.params))
+    try:
+        t = step_time(trainer.spec, prof, comm.size, net)
+    except ValueError:
+        t = None
+    for row in trainer.history:
+        row["projected_time_s"] = None if t is None else row["step"] * t
+    model = parse_network(net)
+    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
+            "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update", "predict")}}
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages when the run ended (None where the OS has none)."""
+    import os
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _ordered(names) -> list[str]:
@@ -119,6 +189,8 @@ def format_breakdown(summary: dict) -> str:
     b = summary["time_breakdown"]
     step = summary["step_time_s"]
     emulated = f" [EMULATED network: {summary['network']}]" if summary["network_emulated"] else ""
+    if summary.get("virtual"):
+        emulated = " [VIRTUAL ranks: threads of one process, not cluster times]"
     lines = [f"timing per step (mean over steps and ranks){emulated}:"]
     for k in _ordered(b):
         if k in ("forward", "backward", "wait", "update") or b[k] > 0:
@@ -128,6 +200,10 @@ def format_breakdown(summary: dict) -> str:
     lines.append(f"  {'step':<9}{step * 1e3:9.2f} ms  (slowest rank); {summary['images_per_s']:.0f} images/s "
                  "in the step (all ranks; the whole run, evaluations and warm-up included: "
                  f"{summary.get('wall_images_per_s') or 0:.0f} images/s)")
+    if summary.get("virtual") and summary.get("projected_step_time_s") is not None:
+        lines.append(f"  projected {summary['projected_step_time_s'] * 1e3:9.2f} ms per step on "
+                     f"{summary['projected_network']} (the algorithm's cost model at P = {summary['world_size']} "
+                     "from the compute measured per rank)")
     if summary.get("bytes_sent_per_step") is not None and summary.get("world_size", 1) > 1:
         lines.append(f"  sent     {summary['bytes_sent_per_step'] / 2**20:9.3f} MiB per step per rank (mean)")
     if summary.get("overlap_efficiency") is not None:
@@ -159,20 +235,42 @@ def time_to_target(summary: dict, target: float | None, metric: str = "test_accu
     """Wall seconds of training until the first evaluation whose ``metric`` is
     at or above ``target`` (the ``wall_time_s`` of that ``history`` row, so
     evaluations happen once per epoch and the time includes the ones before);
+    for a run on virtual ranks, whose wall time is not a cluster's, the
+    ``projected_time_s`` of that row (steps x the cost model's step time);
     None when no evaluation reached it or no target is given. Used by
     ``compare`` and ``bench study`` alike."""
     if target is None:
         return None
+    when = "projected_time_s" if summary.get("virtual") else "wall_time_s"
     for row in summary.get("history") or []:
-        if row.get(metric) is not None and row[metric] >= target and row.get("wall_time_s") is not None:
-            return float(row["wall_time_s"])
+        if row.get(metric) is not None and row[metric] >= target and row.get(when) is not None:
+            return float(row[when])
     return None
+
+
+def warmup_seconds(summary: dict, trace: list[dict] | None = None) -> float | None:
+    """Seconds of the run's warm-up steps (``warmup_steps``; the first includes
+    the JIT compile in a fresh process): the summary's ``warmup_time_s``, else
+    the sum of ``trace.csv``'s ``step_s`` over its ``warmup`` rows, or over its
+    first ``warmup_steps`` rows when the trace has no ``warmup`` column (runs
+    made before these were recorded); None when there is no trace either."""
+    if summary.get("warmup_time_s") is not None:
+        return float(summary["warmup_time_s"])
+    rows = [t for t in trace or [] if t.get("step_s") not in (None, "")]
+    if rows and "warmup" in rows[0]:
+        rows = [t for t in rows if str(t.get("warmup")) == "1"]
+    else:
+        rows = sorted(rows, key=lambda t: int(t["step"]))[:int(summary.get("warmup_steps", WARMUP_STEPS))]
+    return sum(float(t["step_s"]) for t in rows) if rows else None
 
 
 def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str = "test_accuracy") -> list[dict]:
     """One point per complete-epoch evaluation of a finished run: ``epoch``,
-    ``step``, ``wall_time_s`` (seconds since the start), ``mib_sent`` (MiB each
-    rank had sent by then: mean over ranks) and ``metric``'s value.
+    ``step``, ``wall_time_s`` (seconds since the start), ``wall_after_warmup_s``
+    (the same less the warm-up steps' seconds, :func:`warmup_seconds`: the
+    clock a figure should use, since the first run of a process also compiles
+    the kernels there; None when unknown), ``mib_sent`` (MiB each rank had sent
+    by then: mean over ranks) and ``metric``'s value.
 
     ``mib_sent`` is the running sum of ``trace.csv``'s ``bytes_sent`` (rank 0's,
     per step) over the steps before the evaluation, scaled by the mean over
@@ -193,6 +291,7 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
         for k in range(max(by_step) + 2):
             cum.append(acc)
             acc += by_step.get(k, 0.0)
+    warm = warmup_seconds(summary, trace)
     out = []
     for h in summary.get("history") or []:
         if h.get("partial") or h.get(metric) is None:
@@ -204,6 +303,8 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
             mib = step * summary["bytes_sent_per_step"] / 2**20
         else:
             mib = None
-        out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": h.get("wall_time_s"), "mib_sent": mib,
-                    metric: h[metric]})
+        wall = h.get("wall_time_s")
+        out.append({"epoch": h.get("epoch"), "step": step, "wall_time_s": wall,
+                    "wall_after_warmup_s": None if wall is None or warm is None else wall - warm, "mib_sent": mib,
+                    "projected_time_s": h.get("projected_time_s"), metric: h[metric]})
     return out

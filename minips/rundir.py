@@ -31,8 +31,8 @@ import numpy as np
 
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
-           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "METRICS_COLUMNS",
-           "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
+           "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "release_lock_of",
+           "check_unlocked", "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
@@ -51,15 +51,30 @@ class RunLock:
         path: the lock file.
         replaced: the contents (pid, host, started) of a stale lock that was
             removed to take this one, or None.
+        owner: what the lock file holds (pid, host, started): other ranks of
+            the job are given it, so that a failing rank can remove the lock
+            of the rank its abort kills (:func:`release_lock_of`).
     """
 
-    def __init__(self, path: Path, replaced: dict | None = None):
+    def __init__(self, path: Path, replaced: dict | None = None, owner: dict | None = None):
         self.path, self.replaced = path, replaced
+        self.owner = owner or {"pid": os.getpid(), "host": socket.gethostname()}
 
     def release(self) -> None:
         """Remove the lock file if it is still this process's."""
-        if (_read_lock(self.path) or {}).get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
+        release_lock_of(self.path, self.owner)
+
+
+def release_lock_of(path, owner: dict) -> bool:
+    """Remove the lock file ``path`` if it still holds ``owner``'s pid and host
+    (never another run's lock); returns whether it was removed. Used by the
+    process that took the lock, and by another rank of its job that fails:
+    that rank's ``MPI_Abort`` may kill the lock's owner before it can remove it."""
+    held = _read_lock(Path(path)) or {}
+    if held.get("pid") != owner.get("pid") or held.get("host") != owner.get("host"):
+        return False
+    Path(path).unlink(missing_ok=True)
+    return True
 
 
 def _read_lock(path: Path) -> dict | None:
@@ -77,6 +92,38 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:  # someone else's process
         return True
     return True
+
+
+def _stale(other: dict | None, host: str) -> bool:
+    """Whether a lock's contents name a process of this host that no longer runs."""
+    return bool(other) and other.get("host") == host and isinstance(other.get("pid"), int) \
+        and not _pid_alive(other["pid"])
+
+
+def _in_use(out, lock: Path, other: dict | None, host: str) -> str:
+    if other is None:
+        who = "another run (its lock file is being written or unreadable)"
+    else:
+        who = f"another run: process {other.get('pid')} on host {other.get('host')}, started {other.get('started')}"
+    gone = "" if other and other.get("host") == host else " (if that run is gone, delete the lock file)"
+    return f"--out {out} is in use by {who}; lock file {lock}. Give this run another --out, or wait until that " \
+           f"one ends{gone}"
+
+
+def check_unlocked(out) -> None:
+    """Refuse a folder that another run holds (a lock that is not stale), with
+    the message of :func:`take_lock`; checked first by a run, so that a busy
+    folder is reported as busy, not as one that holds a run's files. Only
+    reads: the lock is taken later (:func:`take_lock`).
+
+    Raises:
+        RunFolderError: naming the other run and the lock file.
+    """
+    lock, host = Path(out) / LOCK, socket.gethostname()
+    if lock.exists():
+        other = _read_lock(lock)
+        if not _stale(other, host):
+            raise RunFolderError(_in_use(out, lock, other, host))
 
 
 def take_lock(out) -> RunLock:
@@ -106,19 +153,11 @@ def take_lock(out) -> RunLock:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             other = _read_lock(lock)
-            if other and other.get("host") == host and isinstance(other.get("pid"), int) \
-                    and not _pid_alive(other["pid"]):
+            if _stale(other, host):
                 lock.unlink(missing_ok=True)  # stale: its process is gone
                 replaced = other
                 continue
-            if other is None:
-                who = "another run (its lock file is being written or unreadable)"
-            else:
-                who = (f"another run: process {other.get('pid')} on host {other.get('host')}, "
-                       f"started {other.get('started')}")
-            gone = "" if other and other.get("host") == host else " (if that run is gone, delete the lock file)"
-            raise RunFolderError(f"--out {out} is in use by {who}; lock file {lock}. Give this run another --out, "
-                                 f"or wait until that one ends{gone}") from None
+            raise RunFolderError(_in_use(out, lock, other, host)) from None
         except OSError as e:
             raise RunFolderError(f"--out {out} is not writable ({e.strerror}); give --out a directory you can "
                                  "write, or fix its permissions") from None
@@ -129,15 +168,15 @@ def take_lock(out) -> RunLock:
             lock.unlink(missing_ok=True)
             raise RunFolderError(f"--out {out}: cannot write {lock} ({e.strerror}); free space or give --out "
                                  "another directory") from None
-        return RunLock(lock, replaced)
+        return RunLock(lock, replaced, me)
     raise RunFolderError(f"--out {out}: could not take the lock {lock}; another run keeps replacing it")
 COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 
 
 #: what train and compare write into a folder (glob patterns): what --overwrite clears
 RUN_FILES = (METRICS, SUMMARY, TRACE, CHECKPOINT, "trace-diverged-rank*.csv", "*.tmp", COMPARE_MD, COMPARE_JSON,
-             "accuracy.png", "breakdown.png", "trace.png", "traffic.png", "accuracy-bytes.png",
-             "accuracy-traffic.png")
+             "accuracy.png", "breakdown.png", "trace.png", "consensus.png", "accuracy-bytes.png",
+             "accuracy-traffic.png", "traffic.png")  # traffic.png: drawn by earlier versions, still cleared
 
 
 def run_files(out) -> list[Path]:

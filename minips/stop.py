@@ -13,7 +13,8 @@ class StopAgreement:
     different steps. Each step every rank posts a 1-element Iallreduce (MAX) of
     its "stop" flag and reads the result posted one step earlier (long
     complete by then, so this adds no wait): all ranks see the same value at
-    the same step and stop together.
+    the same step and stop together. Virtual ranks (threads) register their
+    handler with ``comm.signals``, which the process's main thread calls.
     """
 
     def __init__(self, comm):
@@ -23,6 +24,11 @@ class StopAgreement:
         self.bufs = [np.zeros(1, np.float32), np.zeros(1, np.float32)]
         self.req, self.i = None, 0
         self._old = {}
+        # virtual ranks are threads: the main thread receives the signals and relays them
+        self._relay = getattr(comm, "signals", None)
+        if self._relay is not None:
+            self._relay.add(self._handler)
+            return
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self._old[sig] = signal.signal(sig, self._handler)
@@ -53,6 +59,9 @@ class StopAgreement:
         if self.req is not None and wait:
             self.req.wait()
         self.req = None
+        if self._relay is not None:
+            self._relay.remove(self._handler)
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._old = {}
 

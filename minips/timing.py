@@ -23,20 +23,27 @@ class StepTimer:
 
     Use ``with timer.phase("wait"): ...`` or ``timer.add("wait", s)``;
     ``timer.end_step()`` closes the row. ``rows`` is a list of dicts (seconds).
+    ``cpu_rows`` holds the same for the CPU seconds of the calling thread inside
+    :meth:`phase` blocks (``time.thread_time``): on virtual ranks, which take
+    turns on the cores and the interpreter, what a rank computed, without the
+    time it waited for a core.
     """
 
     def __init__(self):
         self.current = dict.fromkeys(PHASES, 0.0)
         self.rows: list[dict] = []
+        self.cpu_current: dict = {}
+        self.cpu_rows: list[dict] = []
 
     @contextmanager
     def phase(self, name: str):
         """Context manager adding the seconds spent inside it to phase ``name``."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
             self.current[name] = self.current.get(name, 0.0) + time.perf_counter() - t0
+            self.cpu_current[name] = self.cpu_current.get(name, 0.0) + time.thread_time() - c0
 
     def add(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to phase ``name`` of the current step (any name)."""
@@ -46,13 +53,24 @@ class StepTimer:
         """Close the current step's row (seconds per phase) and start a new one."""
         row = self.current
         self.rows.append(row)
+        self.cpu_rows.append(self.cpu_current)
         self.current = dict.fromkeys(PHASES, 0.0)
+        self.cpu_current = {}
         return row
 
     def mean(self, skip: int = 0) -> dict:
         """Mean seconds per phase over the steps after the first ``skip`` (JIT warm-up)."""
         rows = self.rows[skip:] or self.rows
         names = phase_names(self.rows)
+        if not rows:
+            return dict.fromkeys(names, 0.0)
+        return {k: float(np.mean([r.get(k, 0.0) for r in rows])) for k in names}
+
+
+    def mean_cpu(self, skip: int = 0) -> dict:
+        """Mean thread CPU seconds per :meth:`phase` over the steps after the first ``skip``."""
+        rows = self.cpu_rows[skip:] or self.cpu_rows
+        names = phase_names(self.cpu_rows)
         if not rows:
             return dict.fromkeys(names, 0.0)
         return {k: float(np.mean([r.get(k, 0.0) for r in rows])) for k in names}

@@ -28,7 +28,7 @@ from . import report, rundir
 from .config import ConfigError, TrainConfig, check_out_dir, load_config  # noqa: F401 - the public API
 from .stop import StopAgreement
 
-__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train"]
+__all__ = ["TrainConfig", "Trainer", "ConfigError", "load_config", "check_out_dir", "train", "run_config"]
 
 
 class _NullBar:
@@ -57,8 +57,14 @@ class Trainer:
         self.spec = cfg.resolve_algo()  # a bad --algo fails here, before any work
         from .distributed.comm import get_comm
         self.comm = comm if comm is not None else get_comm(cfg.network, cfg.progress)
+        if cfg.virtual_ranks and not (self.comm.virtual and self.comm.size == cfg.virtual_ranks):
+            raise ConfigError(f"virtual_ranks = {cfg.virtual_ranks} starts that many ranks as threads: run it with "
+                              "minips.train.train(...) or python -m minips train --virtual-ranks P (a Trainer is "
+                              "one rank)")
         from .kernels import configure_threads
-        self.threads = configure_threads(self.comm.local_size)
+        from .kernels.threads import set_threads
+        # a virtual rank is a thread among P: one Numba thread each (BLAS is one for the whole job)
+        self.threads = set_threads(1, blas=False) if self.comm.virtual else configure_threads(self.comm.local_size)
 
     # --- building blocks ----------------------------------------------------------
     def build(self):
@@ -153,6 +159,7 @@ class Trainer:
         here = [cpus for host, cpus in everyone if host == mine[0]]
         cores = len(set().union(*map(set, here)))
         if len(here) > cores:
+            self.oversubscribed = {"ranks_on_node": len(here), "cores": cores}  # for summary.json and the reports
             self._say(f"note: {len(here)} ranks share {cores} core(s) on this node: they take turns, so each step "
                       f"waits for a descheduled rank and timings are not meaningful; use mpiexec -n {cores} (or "
                       "fewer) for measurements")
@@ -180,9 +187,8 @@ class Trainer:
     def run(self) -> dict:
         """Train, evaluate after every epoch, write the outputs; returns the summary."""
         cfg, comm = self.cfg, self.comm
-        out = check_out_dir(cfg.out)  # on every rank, before any work
-        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
-        self.build()
+        out = self.preflight()
+        comm.barrier()  # every rank passed its checks (one that failed never comes): only now is --out touched
         # Rank 0 creates the run folder and takes its lock (which also shows the
         # folder is writable) before any training: the outcome is broadcast so
         # every rank stops with the same message.
@@ -195,7 +201,7 @@ class Trainer:
             # only once the lock is ours: --overwrite must never clear a running run's files
             if lock is not None and cfg.overwrite and not cfg.resume:  # resuming keeps the checkpoint it reads
                 rundir.clear_run_files(out)
-        error = comm.bcast_obj(error)
+        error, owner = comm.bcast_obj((error, lock.owner if lock is not None else None))
         if error:
             raise rundir.RunFolderError(error)
         if lock is not None and lock.replaced:
@@ -203,12 +209,34 @@ class Trainer:
                       "host, which no longer runs")
         try:
             return self._run(out)
+        except BaseException:
+            # A failure here ends the whole job (the CLI aborts it), and the abort
+            # may kill rank 0 before its `finally` releases the lock: the failing
+            # rank removes rank 0's lock itself (only if it still holds rank 0's pid).
+            if owner is not None and comm.rank != 0:
+                rundir.release_lock_of(out / rundir.LOCK, owner)
+            raise
         finally:
             if lock is not None:
                 lock.release()
 
-    def _run(self, out: Path) -> dict:
-        cfg, comm = self.cfg, self.comm
+    def preflight(self) -> Path:
+        """Every check that can refuse the run, before anything in ``--out`` is
+        touched (so ``--overwrite`` never deletes a run that is then refused):
+        the output folder (not another run's, no earlier run's files unless
+        ``--overwrite``), the options (:meth:`build`), the checkpoint of
+        ``--resume`` (loaded here) and the staleness against the run's steps.
+        Collective. Returns the output folder.
+
+        Raises:
+            ConfigError, RunFolderError (another run holds the folder),
+            FileExistsError, CheckpointError: naming the fix.
+        """
+        cfg = self.cfg
+        out = check_out_dir(cfg.out)  # on every rank, before any work
+        rundir.check_unlocked(out)  # a folder another run is writing: say so (it holds that run's files too)
+        rundir.check_fresh(out, cfg.overwrite, bool(cfg.resume))  # no old trace.csv left beside the new run
+        self.build()
         self.global_step = 0
         self.position = None  # (epoch, next batch) once known; None: from global_step
         self.history: list[dict] = []
@@ -216,21 +244,30 @@ class Trainer:
         self.trace_rows: list[dict] = []
         self.step_times: list[float] = []
         self.step_bytes: list[int] = []
+        self.oversubscribed: dict | None = None
         # The epoch in progress (kept in checkpoints, so that a resumed epoch's
         # train loss and seconds cover the whole epoch) and the seconds spent
         # before this process (a resumed run's wall time continues).
         self.epoch_losses: list[float] = []
         self.epoch_seconds_before = 0.0
         self.wall_before = 0.0
-        self._t_epoch = self._t_start = time.perf_counter()
         if cfg.resume:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
-            if self.global_step >= self.total_steps:
-                return self._nothing_to_train(out)
         self._check_staleness()
-        self._warn_if_busy()
-        self._note_oversubscribed()
+        self.out = out
+        return out
+
+    def _run(self, out: Path) -> dict:
+        cfg, comm = self.cfg, self.comm
+        self._t_epoch = self._t_start = time.perf_counter()
+        if cfg.resume and self.global_step >= self.total_steps:
+            return self._nothing_to_train(out)
+        if comm.rank == 0:  # the header (and a resumed run's rows) before the first epoch ends
+            self._write_metrics(out)
+        if not comm.virtual:  # virtual ranks take turns on the cores by design, one thread each
+            self._warn_if_busy()
+            self._note_oversubscribed()
         self._warn_unseen_classes()
         self._say(f"minips: {cfg.model} on {cfg.data}, {self.algo.describe()}; {comm.describe()}; "
                   f"{self.threads} thread(s)/rank; batch {self.batch_size}/rank x {comm.size} = "
@@ -323,16 +360,17 @@ class Trainer:
                 self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
             losses = self.epoch_losses
-            t_step = time.perf_counter()
+            t_step, cpu_step = time.perf_counter(), time.process_time()
             batches, b = self.loader.batches(start_batch), start_batch
             while b + self.algo.batches_per_step() <= self.steps_per_epoch:
                 group = [next(batches) for _ in range(self.algo.batches_per_step())]
                 b += len(group)
                 self.position = (epoch, b)
                 loss = self._train_step(group, epoch)
-                now = time.perf_counter()
+                now, cpu_now = time.perf_counter(), time.process_time()
                 self.step_times.append(now - t_step)  # whole iteration, data slicing included
-                t_step = now
+                cpu = cpu_now - cpu_step  # the process's CPU seconds, all threads (virtual ranks: all ranks)
+                t_step, cpu_step = now, cpu_now
                 losses.append(loss)
                 samples += sum(self.task.samples(batch) for batch in group)
                 row = None
@@ -340,7 +378,7 @@ class Trainer:
                     # seconds columns end in _s; warmup = 1: a step of this process's first
                     # report.WARMUP_STEPS (JIT compile, pipeline fill), left out of summary.json's means
                     row = {"step": self.global_step, "epoch": epoch, "loss": loss, "lr": self.optimizer.lr,
-                           "step_s": self.step_times[-1], "bytes_sent": self.step_bytes[-1],
+                           "step_s": self.step_times[-1], "process_cpu_s": cpu, "bytes_sent": self.step_bytes[-1],
                            "warmup": int(len(self.step_times) <= report.WARMUP_STEPS),
                            **{f"{k}_s": v for k, v in self._last_phases.items()}, **self.algo.log}
                     self.trace_rows.append(row)
@@ -349,11 +387,12 @@ class Trainer:
                 if self.global_step % 20 == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
                 if not self.algo.replicated and cfg.consensus_every and self.global_step % cfg.consensus_every == 0:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     dist = self.algo.consensus_distance()  # outside the timed step
                     if row is not None:
                         row["consensus_distance"] = dist
                     t_step += time.perf_counter() - t0
+                    cpu_step += time.process_time() - c0
                 if cfg.check_replicas and self.global_step % cfg.check_replicas == 0:
                     self.check_replicas()
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
@@ -389,8 +428,9 @@ class Trainer:
     def measure_comm_alone(self, repeats: int = 5) -> float | None:
         """Median seconds of a blocking allreduce of the whole gradient with
         nothing else running: the denominator of the overlap efficiency.
-        None on one rank (there is no communication). Not counted in bytes sent."""
-        if self.comm.size == 1:
+        None on one rank (there is no communication) and on virtual ranks (an
+        in-process sum is not a network's allreduce). Not counted in bytes sent."""
+        if self.comm.size == 1 or self.comm.virtual:
             return None
         buf = np.zeros(self.algo.flat.numel, np.float32)
         times = []
@@ -444,6 +484,8 @@ class Trainer:
                "wall_time_s": self.wall_seconds(), "partial": int(partial)}
         self.last_eval = row
         self.history = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
+        if self.comm.rank == 0:  # the row is on disk as soon as the epoch ends (a later crash keeps it)
+            self._write_metrics(getattr(self, "out", None) or Path(self.cfg.out))
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
             self.epoch_losses, self.epoch_seconds_before = [], 0.0
             self._t_epoch = time.perf_counter()
@@ -531,9 +573,17 @@ class Trainer:
                                         self.trace_rows))
         return path
 
-    def _write_outputs(self, out: Path, summary: dict) -> None:
+    def _write_metrics(self, out: Path) -> None:
+        """``metrics.csv`` as the history stands: the header (once the run
+        starts), then one row more at the end of each epoch. Atomic: the file
+        is rewritten beside and renamed into place, so a crash leaves the
+        previous version whole (a row's columns are known only once its epoch
+        is evaluated, so the header may grow)."""
         keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
         rundir.write_csv(out / rundir.METRICS, self.history, keys)
+
+    def _write_outputs(self, out: Path, summary: dict) -> None:
+        self._write_metrics(out)
         rundir.write_json(out / rundir.SUMMARY, summary)
         if self.trace_rows:
             rundir.write_csv(out / rundir.TRACE, self.trace_rows)
@@ -553,5 +603,25 @@ def _split_batch(batch, n: int) -> list:
 
 
 def train(**options) -> dict:
-    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it."""
-    return Trainer(TrainConfig(**options)).run()
+    """Convenience: ``train(model="mlp", epochs=1, ...)`` builds a TrainConfig and runs it
+    (with ``virtual_ranks=P``, on P virtual ranks: see :func:`run_config`)."""
+    return run_config(TrainConfig(**options))
+
+
+def run_config(cfg: TrainConfig) -> dict:
+    """Run ``cfg`` here: one rank of the job this process belongs to, or, with
+    ``cfg.virtual_ranks`` = P, all P ranks as threads of this process
+    (:func:`minips.distributed.comm.virtual.run`). Returns (rank 0's) summary.
+
+    Raises:
+        ConfigError: a bad option; as :meth:`Trainer.run`, on virtual ranks
+            with a note naming the rank that raised first.
+    """
+    if not cfg.virtual_ranks:
+        return Trainer(cfg).run()
+    import copy
+
+    from .distributed.comm import virtual
+    cfg.validate()
+    return virtual.run(cfg.virtual_ranks, lambda: Trainer(copy.deepcopy(cfg)).run(), network=cfg.network,
+                       progress=cfg.progress)[0]

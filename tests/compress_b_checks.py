@@ -5,27 +5,21 @@ written here from the pseudo-code (not from minips), and the byte counts the
 ring collectives send, from their textbook formulas."""
 import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
 from .given_gradients import gradient, initial
 
 WORKER = str(Path(__file__).with_name("compress_b_worker.py"))
-MPIEXEC = shutil.which("mpiexec")
 
 
 def launch(n, runs, tmp_path, timeout=120):
-    """The worker's ``runs`` on n ranks (0: one process, no mpiexec): a list
+    """The worker's ``runs`` on n virtual ranks (0: one): a list
     of dicts w, log, pending, report, bytes."""
     out = tmp_path / f"cb-{n}-{abs(hash(json.dumps(runs)))}.npz"
-    cmd = [sys.executable, WORKER, json.dumps(runs), str(out)]
-    proc = subprocess.run([MPIEXEC, "-n", str(n), *cmd] if n else cmd, capture_output=True, text=True,
-                          timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    proc = run_ranks(n, WORKER, json.dumps(runs), str(out), timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     z = np.load(out)
     return [{"w": z[f"w{k}"], "log": json.loads(str(z[f"log{k}"])), "pending": int(z[f"pending{k}"]),

@@ -49,3 +49,78 @@ def run_cli(args, timeout=120, env=None, cwd=None):
     e = subprocess_env(env)
     return subprocess.run([sys.executable, "-m", "minips", *args], capture_output=True, text=True,
                           timeout=timeout, env=e, cwd=cwd or ROOT)
+
+
+def run_ranks(n, script, *argv, timeout=120, mpi=False):
+    """Run the test worker ``script`` (a path) with ``argv`` on n ranks and
+    return what a ``subprocess.run`` would (``returncode``, ``stdout``, ``stderr``).
+
+    By default the ranks are virtual (threads of this process,
+    :mod:`minips.distributed.comm.virtual`): the worker's ``__main__`` block
+    runs in every rank's thread, as ``mpiexec`` would run it in every process,
+    without the seconds each process spends starting. Tests of an algorithm's
+    rule use this; ``mpi=True`` launches ``mpiexec -n n`` (the communication
+    layer, progress modes, signals, hangs, and virtual == MPI). n = 0: one
+    plain process (in process: one virtual rank). An error on a virtual rank
+    gives returncode != 0 and its message (or traceback) in ``stderr``. What
+    the worker changes in this process's modules is not undone, except the
+    algorithm registry (restored: tests/toy_launch.py adds to it).
+    """
+    import contextlib
+    import io
+    import runpy
+    import shutil
+    import traceback
+    from types import SimpleNamespace
+
+    if mpi:
+        cmd = [sys.executable, str(script), *argv]
+        if n:
+            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    from minips.distributed.algorithms import ALGORITHMS
+    from minips.distributed.comm import virtual
+    saved_argv, saved_path, saved_registry = sys.argv[:], sys.path[:], dict(ALGORITHMS)
+    sys.argv = [str(script), *argv]
+    sys.path.insert(0, str(Path(script).parent))  # as for a script: its folder first
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            virtual.run(max(n, 1), runpy.run_path, str(script), run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except Exception:  # noqa: BLE001 - reported as a failed job, as mpiexec would
+        code = 1
+        err.write(traceback.format_exc())
+    finally:  # what a worker changed in this process (tests/toy_launch.py extends the registry) is undone
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        ALGORITHMS.clear()
+        ALGORITHMS.update(saved_registry)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def cli_on_ranks(n, args, timeout=120, mpi=False):
+    """``python -m minips ARGS`` (train, compare) on n ranks, returning what
+    ``subprocess.run`` would: by default ``--virtual-ranks n`` in this process
+    (n = 0: one virtual rank, which trains as one plain process does), with
+    ``mpi=True`` under ``mpiexec -n n`` (n = 0: one plain process)."""
+    import contextlib
+    import io
+    import shutil
+    from types import SimpleNamespace
+
+    args = [str(a) for a in args]
+    if mpi:
+        cmd = [sys.executable, "-m", "minips", *args]
+        if n:
+            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    from minips.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*args, "--virtual-ranks", str(max(n, 1))])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())

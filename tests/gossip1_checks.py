@@ -4,29 +4,25 @@ docstrings state them, with P simulated ranks and mixing matrices written out
 by hand here (not taken from minips.distributed.topology)."""
 import json
 import math
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))
 from given_gradients import gradient, initial  # noqa: E402
 from gossip1_worker import loss  # noqa: E402
 
 WORKER = str(Path(__file__).with_name("gossip1_worker.py"))
-MPIEXEC = shutil.which("mpiexec")
 TOL = {"rtol": 2e-5, "atol": 2e-5}  # float32 runs against the float64 rule, ~15 steps
 
 
 def launch(n, runs, tmp_path, timeout=90):
     """Run the worker's ``runs`` on n ranks; returns a list of (trajectory, logs, pending, report)."""
     out = tmp_path / f"g1-{n}-{abs(hash(json.dumps(runs)))}.npz"
-    proc = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, WORKER, json.dumps(runs), str(out)],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    proc = run_ranks(n, WORKER, json.dumps(runs), str(out), timeout=timeout)  # virtual ranks
     assert proc.returncode == 0, proc.stderr[-3000:]
     z = np.load(out)
     return [(z[f"w{k}"], json.loads(str(z[f"log{k}"])), int(z[f"pending{k}"]), json.loads(str(z[f"report{k}"])))

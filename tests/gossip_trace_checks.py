@@ -1,28 +1,24 @@
 """Shared helpers of the gossip tests (gossipgrad, elastic-gossip, sgp): a run
 of tests/gossip_trace_worker.py that records every rank's weights, gradients
 and logs per step, and a stop + resume of ``python -m minips train`` on n ranks
-compared bitwise with an uninterrupted run."""
+compared bitwise with an uninterrupted run (on virtual ranks: the rules, not
+MPI, are under test)."""
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from .local_sgd_checks import MPIEXEC, ranks, train
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
+from .local_sgd_checks import ranks, train
 
 WORKER = str(Path(__file__).with_name("gossip_trace_worker.py"))
 LR = 0.1  # the worker's default learning rate (plain SGD: momentum 0 unless given)
 
 
 def trace_run(n, opts, tmp_path, timeout=120, expect_ok=True):
-    """The worker on n ranks (0: one process); returns (dict of arrays + 'logs', proc)."""
-    import subprocess
+    """The worker on n virtual ranks (0: one); returns (dict of arrays + 'logs', proc)."""
     out = tmp_path / f"trace-{n}-{abs(hash(json.dumps(opts, sort_keys=True)))}.npz"
-    cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
-    if n:
-        cmd = [MPIEXEC, "-n", str(n), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    proc = run_ranks(n, WORKER, json.dumps(opts), str(out), timeout=timeout)  # virtual ranks
     if not expect_ok:
         return None, proc
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,7 +15,9 @@ import sys
 import numpy as np
 
 SAME = ["sync", "pseudo-sync:last:1", "pseudo-sync:local:1", "pseudo-sync:local:2",
-        "pseudo-sync:adaptive-local:1", "pseudo-sync:adaptive-local:2"]
+        "pseudo-sync:adaptive-local:1", "pseudo-sync:adaptive-local:2",
+        "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2", "pseudo-sync:layerwise-local:1",
+        "pseudo-sync:local:2:sync_warmup=4"]
 STEPS = 16
 
 

@@ -1,18 +1,14 @@
 """Shared checks of the local-update methods (local-sgd, post-local-sgd,
-aperiodic-local-sgd): ``mpiexec -n 2 python -m minips train`` runs with a
-per-step consensus distance, and a stop + resume compared bitwise with an
-uninterrupted run. Each subprocess has a timeout."""
+aperiodic-local-sgd): ``python -m minips train`` runs on 2 virtual ranks (in
+this process: the rules, not MPI, are under test) with a per-step consensus
+distance, and a stop + resume compared bitwise with an uninterrupted run."""
 import csv
 import json
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 
-from .conftest import ROOT, subprocess_env
+from .conftest import cli_on_ranks
 
-MPIEXEC = shutil.which("mpiexec")
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", "1", "--batch-size", "16",
        "--lr", "0.05", "--consensus-every", "1"]
 #: bytes one rank sends in a ring allreduce of the MLP's weights on 2 ranks (= the weights' bytes)
@@ -20,11 +16,8 @@ WEIGHT_BYTES = 814120
 
 
 def train(n, args, timeout=120):
-    """``python -m minips train MLP... ARGS`` on n ranks (0: one process, no mpiexec)."""
-    cmd = [sys.executable, "-m", "minips", "train", *MLP, *map(str, args)]
-    if n:
-        cmd = [MPIEXEC, "-n", str(n), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    """``python -m minips train MLP... ARGS`` on n virtual ranks in this process (0: one rank)."""
+    return cli_on_ranks(n, ["train", *MLP, *args], timeout)
 
 
 def trace(out) -> list[dict]:

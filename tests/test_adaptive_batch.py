@@ -8,9 +8,6 @@ stopped in the middle of an epoch resumes bitwise."""
 import csv
 import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,31 +16,27 @@ import pytest
 from minips.distributed.algorithms import resolve
 from minips.distributed.algorithms.adaptive_batch import norm_test_batch
 
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
 
 WORKER = str(Path(__file__).with_name("mpi_worker.py"))
 LAUNCH = str(Path(__file__).with_name("toy_launch.py"))
-MPIEXEC = shutil.which("mpiexec")
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--batch-size", "16",
        "--schedule", "constant", "--lr", "0.05"]
 RTOL, ATOL = 2e-5, 2e-6  # as tests/test_mpi.py
 
 
-def _run(cmd, timeout=120):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 def _worker(n, opts, tmp_path):
+    """mpi_worker on n virtual ranks (0: one)."""
     out = tmp_path / f"w-{n}-{abs(hash(json.dumps(opts, sort_keys=True)))}.npz"
-    cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
-    _run([MPIEXEC, "-n", str(n), *cmd] if n else cmd)
+    r = run_ranks(n, WORKER, json.dumps(opts), str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
     return np.load(out)
 
 
 def _train(n, args):
-    _run([MPIEXEC, "-n", str(n), sys.executable, LAUNCH, "train", *MLP, *args])
+    """``train`` with the toy algorithm registered, on n virtual ranks."""
+    r = run_ranks(n, LAUNCH, "train", *MLP, *map(str, args))
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def _ranks(path):
@@ -97,11 +90,13 @@ if comm.rank == 0:
 """
 
 
-@pytest.mark.mpi
-def test_norm_test_in_the_class_matches_numpy_on_three_ranks():
-    """Three ranks with known gradients: the class's b_test and new m equal a
-    numpy computation of the test from the same three vectors."""
-    r = _run([MPIEXEC, "-n", "3", sys.executable, "-c", CODE])
+def test_norm_test_in_the_class_matches_numpy_on_three_ranks(tmp_path):
+    """Three (virtual) ranks with known gradients: the class's b_test and new m
+    equal a numpy computation of the test from the same three vectors."""
+    script = tmp_path / "norm_test.py"
+    script.write_text(CODE)
+    r = run_ranks(3, script)
+    assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     g = np.array(out["g"], np.float64)
     gbar = g.mean(0)

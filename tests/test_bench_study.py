@@ -103,6 +103,20 @@ def test_a_seed_that_is_not_a_number_is_named(tmp_path):
     assert "error: --seeds x: give comma-separated integers, e.g. --seeds 0,1" in r.stderr
 
 
+def test_virtual_ranks_replace_the_grids_ranks_and_launcher(tmp_path):
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--virtual-ranks", "16,64",
+                 "--dry-run"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 12 and all("mpiexec" not in ln for ln in lines)
+    assert sum("--virtual-ranks 64" in ln for ln in lines) == 6 and "/runs/P16-virtual/" in lines[0]
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--virtual-ranks", "4",
+                 "--ranks", "2", "--dry-run"], timeout=60)
+    assert r.returncode == 2 and "not both" in r.stderr
+    with pytest.raises(StudyError, match="virtual = 1: give true"):
+        load_grid(write(tmp_path, GRID.replace("ranks = [1, 2]", "ranks = [1, 2]\nvirtual = 1")))
+
+
 def test_dry_run_counts_the_runs_on_stderr(tmp_path):
     r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--dry-run"], timeout=60)
     assert r.returncode == 0, r.stderr
@@ -138,17 +152,24 @@ def test_aggregate_and_report(tmp_path):
     assert "| base | 2 | pseudo-sync:last:1 | 2 | -38.00 [" in md
 
 
-@pytest.mark.mpi
 def test_study_smoke_resumes_and_records_divergence(tmp_path):
-    grid = write(tmp_path, GRID.replace('ranks = [1, 2]', 'ranks = [2]'))
+    """On virtual ranks (grid key virtual = true: the study's bookkeeping is under
+    test, not MPI): runs in runs/P2-virtual, the report says VIRTUAL, a rerun
+    skips what finished, a huge lr is recorded as diverged."""
+    grid = write(tmp_path, GRID.replace('ranks = [1, 2]', 'ranks = [2]\nvirtual = true'))
     out = tmp_path / "study"
     args = ["bench", "study", str(grid), "--out", str(out), "--algos", "sync,pseudo-sync:adaptive:2@fixed"]
     r = run_cli(args + ["--lr", "base"], timeout=240)
     assert r.returncode == 0, r.stderr + r.stdout
     res = json.loads((out / "grid.json").read_text())
     assert {x["label"] for x in res["runs"]} == {"sync", "pseudo-sync:adaptive:2@fixed"}
-    assert all(x["status"] == "ok" and x["metric"] > 0.5 for x in res["runs"])
-    assert (out / "runs/P2/base/pseudo-sync-adaptive-2_fixed/seed0/predictor.toml").read_text().count("=") == 2
+    assert all(x["status"] == "ok" and x["metric"] > 0.5 and x["virtual"] for x in res["runs"])
+    assert all(x["projected_step_time_s"] > 0 for x in res["runs"])
+    run = out / "runs/P2-virtual/base/pseudo-sync-adaptive-2_fixed/seed0"
+    assert (run / "predictor.toml").read_text().count("=") == 2
+    cmd = (run / "command.txt").read_text()
+    assert "--virtual-ranks 2" in cmd and "mpiexec" not in cmd
+    assert "VIRTUAL: the runs at P = 2 ran as threads of one process" in (out / "grid.md").read_text()
     assert (out / "grid-base.png").exists() and "sync" in (out / "grid.md").read_text()
     r = run_cli(args + ["--lr", "base"], timeout=60)       # everything done: nothing reruns
     assert r.returncode == 0 and "/2 P=" not in r.stdout

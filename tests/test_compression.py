@@ -4,9 +4,6 @@ invariant, count-sketch heavy hitters, packing, bad options, and the
 communicator on 3 ranks (payload sizes 0, 24, 48 bytes through the
 allgather). Expected values are computed here with plain NumPy."""
 import json
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,10 +12,9 @@ from minips.distributed.compression import (COMPRESSORS, ErrorFeedback, NoMemory
 from minips.kernels import compress as K
 from minips.kernels import reference as R
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, run_ranks
 from .compression_worker import D, k_of, vec
 
-MPIEXEC = shutil.which("mpiexec")
 
 
 def test_kernels_equal_their_numpy_twins(rng):
@@ -192,15 +188,13 @@ def _topk_dense(j):
     return out
 
 
-@pytest.mark.mpi
 def test_exchange_on_three_ranks_with_a_different_size_on_each(tmp_path):
     """Payloads of 0, 24 and 48 bytes (top-k with k = 0, 3, 6) go through the
     allgather and every rank gets the mean; summable payloads go through the
     allreduce; the ring's neighbour exchange pads variable sizes. Bytes
     counted = payload bytes."""
     P = 3
-    proc = subprocess.run([MPIEXEC, "-n", str(P), sys.executable, "tests/compression_worker.py", str(tmp_path)],
-                          capture_output=True, text=True, timeout=90, env=subprocess_env(), cwd=ROOT)
+    proc = run_ranks(P, ROOT / "tests" / "compression_worker.py", str(tmp_path), timeout=90)  # virtual ranks
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(P)]
     want = sum(_topk_dense(j) for j in range(P)) / P

@@ -12,8 +12,6 @@ shapes; checkpoint + resume bitwise (error-feedback memories included).
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,8 +20,8 @@ from minips.distributed.algorithms import resolve
 
 from minips.plots import find_runs
 
-from .conftest import ROOT, subprocess_env
-from .local_sgd_checks import MPIEXEC, train
+from .conftest import cli_on_ranks
+from .local_sgd_checks import train
 from .test_mpi import launch
 
 RUN = {"steps": 10, "batch": 8}
@@ -200,9 +198,8 @@ def test_bytes_per_step_equal_the_payload_sizes(tmp_path):
         "gaussian-avg": 4 * math.ceil(D_MLP / 256) * math.ceil(0.05 * 256),
     }
     out = tmp_path / "runs"
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "compare", "--model", "mlp", "--quiet",
-                           "--max-steps", "3", "--check-replicas", "1", "--algos", ",".join(want), "--out", str(out)],
-                          capture_output=True, text=True, timeout=150, env=subprocess_env(), cwd=ROOT)
+    proc = cli_on_ranks(2, ["compare", "--model", "mlp", "--quiet", "--max-steps", "3", "--check-replicas", "1",
+                            "--algos", ",".join(want), "--out", out], timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = find_runs([out])
     assert len(runs) == len(want)

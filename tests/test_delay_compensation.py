@@ -85,7 +85,7 @@ def test_spike_impulse_moves_the_weights_as_sync_once_arrived(k, nesterov, monke
     assert np.all(got[:k] == 0)                          # the pipeline fill: nothing has arrived
     np.testing.assert_allclose(got[k:], sync[k:], rtol=1e-5)  # from the arrival on: sync's, step for step
     if (k, nesterov) == (1, False):
-        assert got[1] == pytest.approx(1.9, rel=1e-6)    # STALENESS.md's numbers
+        assert got[1] == pytest.approx(1.9, rel=1e-6)    # 1 + 0.9 (docs/distributed.md, spike)
     if (k, nesterov) == (2, True):
         assert got[2] == pytest.approx(3.439, rel=1e-6)
     last = impulse_displacements(f"pseudo-sync:last:{k}", nesterov)

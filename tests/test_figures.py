@@ -61,7 +61,7 @@ def test_runs_of_one_algorithm_are_told_apart(tmp_path, figures):
     _run(tmp_path / "d", "pseudo-sync", "pseudo-sync:adaptive", emulated=True, predictor=True)
     _run(tmp_path / "e", "local-sgd", "local-sgd:period=4", drift=True)
     files = plots.plot_runs([tmp_path / n for n in "abcde"], tmp_path / "figs")
-    assert {f.name for f in files} == {"accuracy.png", "breakdown.png", "trace.png", "traffic.png"}
+    assert {f.name for f in files} == {"accuracy.png", "breakdown.png", "trace.png", "consensus.png"}
     acc = figures["accuracy.png"]
     (names,) = _legend_texts(acc)
     assert len(set(names)) == len(names) == 5
@@ -161,3 +161,57 @@ def test_topology_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "_save", lambda fig, path: got.append(fig))
     plots.plot_topology(make_topology("ring", 8), tmp_path / "t.png")
     assert got[0].axes[0].get_title() and plots.layout_problems(got[0]) == []
+
+
+def test_consensus_figure_only_when_ranks_differ_and_with_the_end_of_run_value(tmp_path, figures):
+    """consensus.png is not written when every run kept its ranks identical (it used to be half a blank
+    figure beside a copy of accuracy-traffic.png), and it shows compare.md's end-of-run value, at the
+    last step, next to the values logged during training."""
+    _run(tmp_path / "s", "sync", "sync")
+    files = plots.plot_runs([tmp_path / "s"], tmp_path / "same")
+    assert "consensus.png" not in {f.name for f in files} and "traffic.png" not in {f.name for f in files}
+    _run(tmp_path / "l", "local-sgd", "local-sgd:period=4", drift=True)   # trace: 0.01 x (1 + t % 5); end 0.01
+    summary = json.loads((tmp_path / "l" / "summary.json").read_text())
+    summary.update(steps=60, consensus_distance=2e-5)
+    (tmp_path / "l" / "summary.json").write_text(json.dumps(summary))
+    plots.plot_runs([tmp_path / "s", tmp_path / "l"], tmp_path / "figs")
+    ax = figures["consensus.png"].axes[0]
+    run_line = next(li for li in ax.lines if li.get_label().startswith("local-sgd"))
+    assert list(run_line.get_xdata())[-1] == 59 and list(run_line.get_ydata())[-1] == pytest.approx(2e-5)
+    star = [li for li in ax.lines if li.get_marker() == "*"]
+    assert len(star) == 1 and list(star[0].get_xdata()) == [59]
+    assert "end of training" in ax.get_title() and plots.layout_problems(figures["consensus.png"]) == []
+    # a short run (fewer steps than --consensus-every) that ends on an average: only a 0, nothing to draw
+    _run(tmp_path / "short", "local-sgd", "local-sgd:period=4")
+    summary = json.loads((tmp_path / "short" / "summary.json").read_text())
+    summary.update(steps=4, consensus_distance=0.0)
+    (tmp_path / "short" / "summary.json").write_text(json.dumps(summary))
+    files = plots.plot_runs([tmp_path / "s", tmp_path / "short"], tmp_path / "figs-short")
+    assert "consensus.png" not in {f.name for f in files}
+
+
+def test_wall_time_axes_start_after_the_warm_up_steps(tmp_path, figures):
+    """A process's first run compiles the kernels in its first steps: the accuracy-against-wall-time
+    panel starts every run after its warm-up steps (summary.json's warmup_time_s, else the trace's
+    warm-up rows) and says so; without either it says the compile is included."""
+    _run(tmp_path / "first", "sync", "sync")          # history at 2, 4, 6 s
+    _run(tmp_path / "second", "pseudo-sync", "pseudo-sync:adaptive")
+    for name, warm in (("first", 1.5), ("second", 0.25)):
+        s = json.loads((tmp_path / name / "summary.json").read_text())
+        s["warmup_time_s"] = warm
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    plots.plot_runs([tmp_path / "first", tmp_path / "second"], tmp_path / "figs")
+    ax = figures["accuracy.png"].axes[1]
+    xs = {li.get_label(): list(li.get_xdata()) for li in ax.lines}
+    assert xs["sync"] == pytest.approx([0.5, 2.5, 4.5])
+    assert xs["pseudo-sync:adaptive"] == pytest.approx([1.75, 3.75, 5.75])
+    assert "after the warm-up steps" in ax.get_xlabel()
+    from minips.report import warmup_seconds
+    assert warmup_seconds({}, [{"warmup": "1", "step_s": "20.0"}, {"warmup": "1", "step_s": "0.5"},
+                               {"warmup": "0", "step_s": "0.5"}]) == pytest.approx(20.5)
+    old_trace = [{"step": str(t), "step_s": "9.0" if t == 0 else "1.0"} for t in range(6)]  # no warmup column
+    assert warmup_seconds({"warmup_steps": 2}, old_trace) == pytest.approx(10.0)
+    _run(tmp_path / "old", "sync", "sync")            # neither warmup_time_s nor warm-up rows
+    plots.plot_runs([tmp_path / "old"], tmp_path / "figs-old")
+    ax = figures["accuracy.png"].axes[1]
+    assert [list(li.get_xdata()) for li in ax.lines] == [[2.0, 4.0, 6.0]] and "includes" in ax.get_xlabel()

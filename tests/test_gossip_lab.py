@@ -6,8 +6,8 @@ under test. Exact checks: the sparse graphs equal the dense topology module's
 W and spectra; every method keeps the mean (push-sum: sum x / sum w); the
 complete graph averages in one round; accelerated with alpha = 1 is plain
 gossip bit for bit; on a ring of 32 the accelerated method needs about a tenth
-of plain gossip's rounds to 1e-6 (seed 0: 94 vs 951, as ALGORITHMS.md's
-reference computation); periodic gossip's per-period rate is the same for
+of plain gossip's rounds to 1e-6 (seed 0: 94 vs 951, the counts
+docs/specifications.md section 20 records); periodic gossip's per-period rate is the same for
 every edge order on a tree and not on a ring; push-sum's sum, count and churn;
 push-sum's spectrum equals the general eigensolver's on its hand-built matrix;
 every method's predicted rate is the measured one (pairwise: a bound; ACO:
@@ -28,7 +28,7 @@ import pytest
 
 from minips.averaging import METHODS, make_method
 from minips.averaging.base import greedy_matching
-from minips.averaging.engines import VirtualCluster
+from minips.averaging.engines import VectorisedCluster
 from minips.averaging.graph import make_graph
 from minips.averaging.lab import initial_values, simulate
 from minips.averaging.periodic import period_lambda2
@@ -92,7 +92,7 @@ def test_every_method_keeps_the_mean(method):
     g = make_graph(top, 24)
     m = make_method(method, g, seed=3)
     x0 = initial_values(24, 3, seed=3)
-    m.start(VirtualCluster(24), x0)
+    m.start(VectorisedCluster(24), x0)
     for t in range(40 if method != "push-sum" else 300):  # a directed ring mixes slowly
         m.step(t)
         if method == "push-sum":  # the weighted mean: sum x / sum w, and each sum, stay put
@@ -313,7 +313,7 @@ def test_every_method_is_in_a_rate_test():
 
 @pytest.mark.mpi
 def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
-    """One launch of 4 ranks runs every method; the virtual cluster runs them here."""
+    """One launch of 4 ranks runs every method; the vectorised cluster runs them here."""
     from .gossiplab_worker import CASES, ROUNDS
     mpiexec = shutil.which("mpiexec")
     assert mpiexec, "mpiexec not found: pip install -e '.[mpi,test]'"
@@ -378,3 +378,33 @@ def test_command_writes_json_figure_and_frames(tmp_path):
     assert res[0]["rate_predicted"] == pytest.approx(l2, rel=1e-12)
     assert res[0]["messages"][1] == 32  # every node sends to its 2 neighbours
     assert "rounds to 1e-6" in p.stdout
+
+
+def test_error_plot_y_range_follows_the_measured_curves():
+    """The y-axis spans the measured errors, not a fixed 1e-16..10: a large ring whose errors stay
+    above 0.1 fills the plot; a run that reaches 1e-15 is shown down there; the 1e-6 line is drawn
+    only when some curve comes within a factor 100 of it."""
+    from minips.averaging.lab import TOL, error_ylim
+    slow = [{"relative_error": list(np.linspace(1.0, 0.14, 500))}, {"relative_error": [1.0, 0.9, 0.72]}]
+    lo, hi = error_ylim(slow)
+    assert 0.04 <= lo <= 0.14 / 2 and hi == pytest.approx(3.0)
+    fast = [{"relative_error": list(0.5 ** np.arange(50.0))}]   # down to 1.8e-15
+    lo, _ = error_ylim(fast)
+    assert lo <= 0.5 ** 49 and lo > 0.5 ** 49 / 10
+    near = [{"relative_error": [1.0, 1e-3, 5e-5]}]               # within 100 x 1e-6: the line is in range
+    assert error_ylim(near)[0] <= TOL
+
+
+def test_report_table_has_one_header_word_pair_per_column():
+    from minips.averaging.lab import report_lines
+    r = {"topology": "ring", "n": 8, "d": 1, "engine": "vectorised", "lambda2": 0.9, "method": "plain",
+         "rounds_to_1e-6": 100, "rounds_to_1e-6_predicted": 99, "rate_measured": 0.87, "rate_predicted": 0.86,
+         "messages_to_1e-6": 1600, "relative_error": [1.0, 1e-7]}
+    lines = report_lines([r])
+    heads = [[c.strip() for c in line.split("|")] for line in lines[1:3]]
+    cells = [c.strip() for c in lines[4].split("|")]
+    assert len(heads[0]) == len(heads[1]) == len(cells) == 7
+    named = dict(zip((f"{a} {b}".strip() for a, b in zip(*heads)), cells))
+    assert named["rounds to 1e-6 measured"] == "100" and named["rounds to 1e-6 predicted"] == "99"
+    assert named["rate per round measured"] == "0.87000" and named["rate per round predicted"] == "0.86000"
+    assert named["messages to 1e-6"] == "1600" and named["method"] == "plain"

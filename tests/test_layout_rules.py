@@ -26,7 +26,7 @@ def test_only_comm_imports_mpi4py():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(n == "mpi4py" or n.startswith("mpi4py.") for n in names):
                 importers.add(_rel(p))
-    assert importers == {"minips/distributed/comm.py"}
+    assert importers == {"minips/distributed/comm/mpi.py"}
 
 
 def _docstrings(tree) -> set:

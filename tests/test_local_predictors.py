@@ -42,7 +42,9 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
     d = np.load(out)
     sync = d["same_sync"]
     for spec in ("pseudo-sync:local:1", "pseudo-sync:local:2", "pseudo-sync:adaptive-local:1",
-                 "pseudo-sync:adaptive-local:2"):
+                 "pseudo-sync:adaptive-local:2", "pseudo-sync:local-rewind:1", "pseudo-sync:local-rewind:2",
+                 "pseudo-sync:layerwise-local:1",
+                 "pseudo-sync:local:2:sync_warmup=4"):  # the hand-over at step W applies every average once
         # every step, not only the last: float32 rounding of G + (g_t - g_{t-k}) vs g_t
         np.testing.assert_allclose(d[f"same_{spec}"], sync, rtol=1e-5, atol=1e-6, err_msg=spec)
         assert d[f"identical_{spec}"], spec  # same data: the ranks' weights agree bitwise
@@ -52,6 +54,26 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(tmp_path):
         assert (lam == lam[0]).all(), k      # pooled sums: every rank uses the same lambda
         assert np.isfinite(lam[:, 2 * k + 2:]).all() and 0 <= lam[0, -1] <= 1
         assert not d[f"own_identical_{k}"]   # own data: the ranks' weights differ
+
+
+@pytest.mark.mpi
+def test_sync_warmup_is_sync_then_local(tmp_path):
+    """``local``'s sync_warmup = W (issue 31): own data per rank; the first W steps
+    equal --algo sync bitwise with identical ranks, after them the ranks differ
+    (the local rule took over); without the option step 0 already differs."""
+    out = tmp_path / "w.npz"
+    worker = str(Path(__file__).with_name("sync_warmup_worker.py"))
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, worker, str(out)], capture_output=True, text=True,
+                       timeout=120, env=subprocess_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = np.load(out)
+    sync = d["w_sync"]
+    for spec in ("pseudo-sync:local:1:sync_warmup=4", "pseudo-sync:local:2:sync_warmup=4"):
+        w, same = d[f"w_{spec}"], d[f"same_{spec}"]
+        assert np.array_equal(w[:4], sync[:4]) and same[:4].all(), spec
+        assert not same[4:].any() and not np.array_equal(w[4], sync[4]), spec
+    assert not np.array_equal(d["w_pseudo-sync:local:1"][0], sync[0])   # the check can fail
+    assert not d["same_pseudo-sync:local:1"][0]
 
 
 @pytest.mark.mpi
@@ -68,19 +90,23 @@ def test_resume_is_bitwise_and_consensus_distance_bounded(tmp_path):
 
 
 # --- one-process simulation of P ranks -----------------------------------------------
-def simulate(cls, grads, k, **options):
+def simulate(cls, grads, k, layout=None, **options):
     """Drive P predictors as pseudo-sync does (payload appended to each posted
     buffer, the allreduce a mean over ranks, FIFO arrival k steps later).
 
     Args:
         grads: float32 (T, P, n), rank i's gradient at step t (given, not
             depending on the weights).
+        layout: the tensors' (start, stop) handed to ``set_layout`` (default:
+            one tensor, the whole vector).
 
     Returns:
         (directions (T, P, n) float64, lambdas (T,), the predictors).
     """
     T, P, n = grads.shape
     preds = [cls(k, **options) for _ in range(P)]
+    for p in preds:
+        p.set_layout(layout or [(0, n)])
     pipeline, dirs, lams = deque(), np.zeros((T, P, n)), np.zeros(T)
     for t in range(T):
         bufs = []
@@ -222,6 +248,7 @@ def test_spec_and_replication():
     ("pseudo-sync:adaptive-local:lambda0=2", "adaptive-local: lambda0 must be in [0, 1], got 2.0"),
     ("pseudo-sync:adaptive-local:warmup=-1", "adaptive-local: warmup must be >= 0, got -1"),
     ("pseudo-sync:local:rho=0.9", "predictor 'local' has no option(s) rho"),
+    ("pseudo-sync:local:sync_warmup=-1", "local: sync_warmup must be >= 0"),
 ])
 def test_bad_options_say_what_to_write(text, message):
     with pytest.raises(ValueError) as e:

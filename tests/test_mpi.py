@@ -1,8 +1,11 @@
-"""MPI tests: each launches ``mpiexec -n P`` from pytest with a timeout.
+"""Training on several ranks through the public algorithm interface.
 
-What they check: N-rank synchronous SGD equals 1-rank SGD on the N-times batch;
-pseudo-sync equals a one-process simulation of the stale-by-k rule; replicas
-stay bit-identical; nothing is left pending; a failing rank aborts the job.
+On virtual ranks (threads of this process; the rules are under test): N-rank
+synchronous SGD equals 1-rank SGD on the N-times batch; pseudo-sync equals a
+one-process simulation of the stale-by-k rule. Under ``mpiexec -n P`` (with a
+timeout; marked ``mpi``): replicas stay bit-identical and nothing is left
+pending in every progress mode; a failing rank aborts the job; a buffer
+written while in flight fails loudly; the emulated network delays completion.
 """
 import json
 import shutil
@@ -13,23 +16,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, run_ranks, subprocess_env
 
-pytestmark = pytest.mark.mpi
 WORKER = str(Path(__file__).with_name("mpi_worker.py"))
 MPIEXEC = shutil.which("mpiexec")
 if MPIEXEC is None:  # pragma: no cover - the mpi extra installs it
     pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
 
 
-def launch(n, opts, tmp_path, timeout=120, expect_ok=True):
-    """Run the worker on n ranks (n=0: plain python, one process); returns (npz or None, proc)."""
+def launch(n, opts, tmp_path, timeout=120, expect_ok=True, mpi=False):
+    """Run the worker on n ranks (n=0: one rank); returns (npz or None, proc). The
+    ranks are virtual (threads of this process: the algorithms' rules are under
+    test) unless ``mpi`` (``mpiexec -n n``; n = 0: plain python, one process)."""
     out = tmp_path / f"out-{n}-{abs(hash(json.dumps(opts, sort_keys=True)))}.npz"
-    cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
-    if n:
-        cmd = [MPIEXEC, "-n", str(n), *cmd]
-    env = subprocess_env()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    proc = run_ranks(n, WORKER, json.dumps(opts), str(out), timeout=timeout, mpi=mpi)
     if expect_ok:
         assert proc.returncode == 0, proc.stderr[-3000:]
         return np.load(out), proc
@@ -97,31 +97,35 @@ def test_pseudo_sync_equals_one_process_simulation(predictor, staleness, P, tmp_
     assert len(set(run["hashes"].tolist())) == 1 and int(run["pending"]) == 0
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("progress", ["none", "poll", "thread"])
 @pytest.mark.parametrize("algo", ["sync", "overlap-sync", "pseudo-sync"])
 def test_replicas_identical_and_nothing_pending(algo, progress, tmp_path):
     run, _ = launch(3, {"algo": algo, "steps": 15, "batch": 8, "progress": progress,
-                        "predictor": "adaptive", "perturb_rank0": True}, tmp_path)
+                        "predictor": "adaptive", "perturb_rank0": True}, tmp_path, mpi=True)
     assert len(set(run["hashes"].tolist())) == 1
     assert int(run["pending"]) == 0
     assert int(run["steps"]) == 15
 
 
+@pytest.mark.mpi
 def test_one_failing_rank_aborts_the_job(tmp_path):
     _, proc = launch(3, {"algo": "pseudo-sync", "steps": 50, "fail_rank": 1, "fail_step": 3},
-                     tmp_path, timeout=60, expect_ok=False)
+                     tmp_path, timeout=60, expect_ok=False, mpi=True)
     assert proc.returncode != 0
     assert "injected failure on rank 1 at step 3" in proc.stderr
     assert "aborting all ranks" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_writing_a_buffer_in_flight_fails_loudly(tmp_path):
     _, proc = launch(2, {"algo": "pseudo-sync", "steps": 5, "write_in_flight": True, "progress": "none"},
-                     tmp_path, timeout=60, expect_ok=False)
+                     tmp_path, timeout=60, expect_ok=False, mpi=True)
     assert proc.returncode != 0
     assert "read-only" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_emulated_network_delays_completion(tmp_path):
     # 2 ranks, 1 MB over a 1 Gb/s link: ring allreduce ~ 2*50us + 1MB*8ns = ~8.5 ms.
     script = (
@@ -141,6 +145,7 @@ def test_emulated_network_delays_completion(tmp_path):
     assert proc.stdout.count("ok") == 2
 
 
+@pytest.mark.mpi
 def test_emulated_link_carries_one_request_at_a_time(tmp_path):
     # Two 1 MB requests posted together on emulated 1 GbE: the second leaves the
     # wire one modelled time after the first, not at the same moment.
@@ -170,6 +175,7 @@ with open(os.path.join(OUT, "rank" + os.environ["PMI_RANK"]), "w") as f:   # no 
 """
 
 
+@pytest.mark.mpi
 def test_blas_pool_is_limited_per_rank_even_when_numpy_came_first(tmp_path):
     """Two ranks on a node get cores // 2 BLAS threads each, also in a script that
     loaded BLAS before minips could set the environment variables."""

@@ -8,8 +8,6 @@ finish(); merges shrink the consensus distance; a checkpoint taken with a
 request in flight resumes bitwise; bad options give one clear line.
 """
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,13 +18,12 @@ from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NetworkModel
 from minips.distributed.projection import StepProfile
 
-from .conftest import ROOT, subprocess_env
+from .conftest import cli_on_ranks, run_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))
 from given_gradients import gradient, initial  # noqa: E402
 
 WORKER = str(Path(__file__).with_name("overlap_local_worker.py"))
-MPIEXEC = shutil.which("mpiexec")
 NAME = "overlap-local-sgd"
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", "1", "--batch-size", "16"]
 
@@ -53,14 +50,13 @@ def simulate(P, steps, H, rule, alpha, lr=0.1, mu=0.9, d=50):
 
 
 def launch(n, opts, tmp_path, timeout=60):
+    """The worker on n virtual ranks (threads of this process)."""
     out = tmp_path / f"ol-{n}.npz"
-    proc = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, WORKER, json.dumps(opts), str(out)],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    proc = run_ranks(n, WORKER, json.dumps(opts), str(out), timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return np.load(out)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("P,rule,alpha,consensus", [(2, "pull", 0.5, "blocking"), (3, "delta", 1.0, "piggyback")])
 def test_ranks_follow_the_stated_rule_and_merges_shrink_the_consensus(P, rule, alpha, consensus, tmp_path):
     """22 steps, H = 4: merges at steps 8, 12, 16, 20 (step 4 only posts); a
@@ -131,17 +127,14 @@ def test_cost_model_hides_the_allreduce_behind_a_round():
     assert A > C and resolve(f"{NAME}:period=8:consensus=off").step_time(prof, 4, net) == C
 
 
-@pytest.mark.mpi
 def test_checkpoint_with_a_request_in_flight_resumes_bitwise(tmp_path):
     """period 3: the average posted at step 5 is in flight at the checkpoint
     after step 6 (7 steps); drain() keeps it, the resumed run applies it at step 8."""
     from minips.checkpoint import load
 
-    def train(steps, out, *extra):
-        cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *MLP, "--algo",
-               f"{NAME}:period=3:rule=delta", "--lr", "0.05", "--max-steps", str(steps),
-               "--checkpoint-every", str(steps), "--out", str(out), *extra]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
+    def train(steps, out, *extra):  # on 2 virtual ranks
+        r = cli_on_ranks(2, ["train", *MLP, "--algo", f"{NAME}:period=3:rule=delta", "--lr", "0.05", "--max-steps",
+                             steps, "--checkpoint-every", steps, "--out", out, *extra])
         assert r.returncode == 0, r.stderr[-3000:]
 
     full, part = tmp_path / "full", tmp_path / "part"

@@ -4,7 +4,6 @@ listing and the projection accept unchanged; ranks that hold different weights
 (consensus distance, averaged-model evaluation, per-rank checkpoints that
 resume bitwise)."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +15,10 @@ from minips.distributed.algorithms import ALGORITHMS, describe_algorithms, parse
 from minips.distributed.costmodel import NetworkModel
 from minips.distributed.projection import StepProfile, project, step_time
 
-from .conftest import ROOT, run_cli, subprocess_env
+from .conftest import ROOT, cli_on_ranks, run_cli, run_ranks, subprocess_env
 from .toy_algorithm import ToyDrift
 
 LAUNCH = str(Path(__file__).with_name("toy_launch.py"))
-MPIEXEC = shutil.which("mpiexec")
 NET = NetworkModel(1e-6, 1e-9, "hand")
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", "1", "--batch-size", "16"]
 
@@ -125,13 +123,10 @@ def test_projection_reads_the_toy_cost_model(toy):
 
 
 def _launch(n, args, timeout=180):
-    cmd = [sys.executable, LAUNCH, *args]
-    if n:
-        cmd = [MPIEXEC, "-n", str(n), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    """``python -m minips ARGS`` with the toy algorithm registered, on n virtual ranks (0: one)."""
+    return run_ranks(n, LAUNCH, *map(str, args), timeout=timeout)
 
 
-@pytest.mark.mpi
 def test_train_refuses_check_replicas_for_an_algorithm_whose_ranks_differ(tmp_path):
     r = _launch(2, ["train", *MLP, "--algo", "toy-drift", "--check-replicas", "1", "--max-steps", "2",
                     "--out", str(tmp_path / "r")], timeout=120)
@@ -147,7 +142,6 @@ def _ckpt_ranks(path):
     return s, [np.asarray(x["weights"]) for x in s["ranks"]]
 
 
-@pytest.mark.mpi
 @pytest.mark.slow
 def test_non_replicated_resume_is_bitwise_and_evaluates_the_average(tmp_path):
     """A run whose ranks drift apart, checkpointed at step 7 and resumed to step
@@ -191,7 +185,6 @@ def test_non_replicated_resume_is_bitwise_and_evaluates_the_average(tmp_path):
     assert m["test_accuracy"] == pytest.approx(sa["test_accuracy"], abs=1e-9)
 
 
-@pytest.mark.mpi
 def test_compare_runs_a_new_algorithm_beside_sync(tmp_path):
     out = tmp_path / "cmp"
     r = _launch(2, ["compare", *MLP, "--max-steps", "4", "--algos", "sync,toy-drift:period=2@toy",
@@ -222,15 +215,13 @@ def test_hooks_lr_micro_batches_and_batch_size(tmp_path):
     assert b["batch_size_per_rank"] == 8 and b["global_batch_size"] == 8
 
 
-@pytest.mark.mpi
 def test_partition_reaches_the_sampler_and_the_summary(tmp_path):
     """--partition by-class:3 on 2 ranks: each rank trains on 3 classes (recorded
     in summary.json by rank 0); a bad partition is a one-line error."""
     out = tmp_path / "p"
     loud = [a for a in MLP if a != "--quiet"]  # the note about unseen classes is printed
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minips", "train", *loud, "--algo", "sync",
-                        "--max-steps", "3", "--partition", "by-class:3", "--out", str(out)],
-                       capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
+    r = cli_on_ranks(2, ["train", *loud, "--algo", "sync", "--max-steps", "3", "--partition", "by-class:3",
+                         "--out", out])
     assert r.returncode == 0, r.stderr[-3000:]
     part = json.loads((out / "summary.json").read_text())["partition"]
     assert part["spec"] == "by-class:3" and [len(r["class_counts"]) for r in part["ranks"]] == [3, 3]

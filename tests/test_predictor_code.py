@@ -104,7 +104,10 @@ def test_default_predictor_is_local():
     assert resolve(main["algo"]).options.predictor == "local"
 
 
-def test_default_on_one_process_is_bitwise_sync(tmp_path, capsys):
+def test_default_on_one_process_is_bitwise_sync(tmp_path, capsys, monkeypatch):
+    # one Numba thread for both runs: the Trainer picks the count from the machine's load, and
+    # two runs whose parallel reductions split differently differ in the last bits
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
     ts = _trainer(tmp_path, "sync", "sync")
     ts.run()
     tp = _trainer(tmp_path, "pseudo-sync", "ps")

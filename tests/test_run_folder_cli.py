@@ -59,7 +59,7 @@ def test_overwrite_removes_every_figure_compare_draws(tmp_path):
     from minips.rundir import clear_run_files
     out = tmp_path / "cmp"
     out.mkdir()
-    figs = ["accuracy.png", "breakdown.png", "trace.png", "traffic.png", "accuracy-bytes.png",
+    figs = ["accuracy.png", "breakdown.png", "trace.png", "consensus.png", "traffic.png", "accuracy-bytes.png",
             "accuracy-traffic.png"]
     for f in [*figs, "compare.md", "notes.txt"]:
         (out / f).write_text("x")

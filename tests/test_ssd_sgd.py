@@ -1,4 +1,4 @@
-"""ssd-sgd (reconstruction of Xu et al. 2020, ALGORITHMS.md section 12): sync
+"""ssd-sgd (reconstruction of Xu et al. 2020, docs/specifications.md section 18): sync
 warm-up, then one Iallreduce of the accumulated gradient every k steps, applied
 k - 1 steps later, GLU steps (repeat the last global move) in between.
 

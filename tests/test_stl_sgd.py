@@ -5,9 +5,6 @@ in between, a resumed run (crossing stage boundaries, non-iid partition,
 proximal anchor) bitwise equal to the uninterrupted one, clear option errors."""
 import csv
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,29 +12,26 @@ import pytest
 
 from minips.distributed.algorithms import resolve
 
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
 
 WORKER = str(Path(__file__).with_name("mpi_worker.py"))
 LAUNCH = str(Path(__file__).with_name("toy_launch.py"))
-MPIEXEC = shutil.which("mpiexec")
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", "1", "--batch-size", "16",
        "--schedule", "constant", "--lr", "0.05"]
 RTOL, ATOL = 2e-5, 2e-6  # as tests/test_mpi.py: float32 sums in another order, 12 steps
 
 
 def _worker(n, opts, tmp_path):
+    """mpi_worker on n virtual ranks (0: one)."""
     out = tmp_path / f"w-{n}-{abs(hash(json.dumps(opts, sort_keys=True)))}.npz"
-    cmd = [sys.executable, WORKER, json.dumps(opts), str(out)]
-    cmd = [MPIEXEC, "-n", str(n), *cmd] if n else cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
+    r = run_ranks(n, WORKER, json.dumps(opts), str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     return np.load(out)
 
 
 def _train(n, args, timeout=120):
-    cmd = [sys.executable, LAUNCH, "train", *MLP, *args]
-    cmd = [MPIEXEC, "-n", str(n), *cmd] if n else cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    """``train`` with the toy algorithm registered, on n virtual ranks (0: one)."""
+    r = run_ranks(n, LAUNCH, "train", *MLP, *map(str, args), timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
 
 

@@ -89,3 +89,22 @@ def test_topology_command_prints_the_gap_and_draws(tmp_path):
     assert f"spectral gap 1 - |lambda_2| = {gap:.4f}" in r.stdout and (tmp_path / "ring.png").stat().st_size > 0
     r = run_cli(["topology", "one-peer-exponential", "-n", "6"])
     assert r.returncode == 2 and "power-of-two" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plot_layout_shows_the_torus_grid_and_the_random_geometric_points():
+    """topology --plot draws a torus on its r x c grid (wrap-around edges as stubs, not lines across
+    it) and a random geometric graph at its points; graphs without a shape of their own on a circle."""
+    from minips.plots import topology_layout
+    xy, wrap = topology_layout(make_topology("torus", 12))              # 3 x 4
+    assert sorted(set(map(tuple, xy))) == sorted((float(b), float(-a)) for a in range(3) for b in range(4))
+    top = make_topology("torus", 12)
+    edges = {(j, i) for i in range(12) for j in top.in_neighbors(i) if j < i}
+    inner = edges - set(wrap)
+    assert all(np.abs(xy[i] - xy[j]).sum() == 1.0 for i, j in inner)  # grid neighbours
+    assert len(wrap) == 3 + 4                                           # one per row, one per column
+    pts = np.random.default_rng(5).random((20, 2))                      # the graph's seeded points
+    xy, wrap = topology_layout(make_topology("random-geometric", 20, seed=5, radius=0.5))
+    np.testing.assert_array_equal(xy, pts)
+    assert wrap == []
+    xy, _ = topology_layout(make_topology("ring", 8))
+    np.testing.assert_allclose(np.hypot(*xy.T), 1.0)

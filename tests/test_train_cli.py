@@ -33,6 +33,14 @@ def test_train_writes_metrics_and_summary(tmp_path):
         assert key in s, key
     assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
     assert s["test_accuracy"] > 0.7
+    # the machine the times were taken on: the CPU as /proc/cpuinfo names it, and the load
+    fields = dict(line.split(":", 1) for line in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines()
+                  if ":" in line) if sys.platform == "linux" else {}
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    if "cpu family" in fields:
+        assert f"family {fields['cpu family']} model {fields['model']}" in s["cpu"]
+        assert s["cpu"].startswith(fields["model name"])
+    assert len(s["load_average_end"]) == 3 and "cpu" in s["units"]
     trace = list(csv.DictReader(open(out / "trace.csv")))
     assert len(trace) == s["steps"] and "wait_s" in trace[0]  # phase columns in seconds
 
@@ -67,7 +75,8 @@ def test_config_file_and_flag_override(tmp_path):
     (["--data", "cifar"], "unknown data set 'cifar'"),
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--predictor", "oracle"], "option predictor must be one of last, ema, holt, lookahead, adaptive, local, "
-                                "adaptive-local, spike, dc-asgd, gap-aware, got 'oracle'"),
+                                "adaptive-local, local-rewind, layerwise-local, spike, dc-asgd, gap-aware, "
+                                "got 'oracle'"),
     (["--network", "wifi"], "unknown network 'wifi'"),
     (["--batch-size", "20000"], "larger than this rank's share"),
     (["--resume", "nope.h5"], "checkpoint nope.h5 does not exist"),

@@ -36,7 +36,7 @@ def main(exercise_id):
             ex.check(good, comm=comm)
         except AssertionError as e:
             raise SystemExit(f"rank {comm.rank}: right answer {i} ({good.__name__}) was REJECTED by the check of "
-                             f"{exercise_id}: {e}")
+                             f"{exercise_id}: {e}") from None
         comm.barrier()
     print(f"rank {comm.rank}: other right answers: accepted", flush=True)
 

@@ -22,13 +22,14 @@
 # - **Iallreduce**, the nonblocking version: it returns a **request** at once; you compute,
 #   then `wait`. And the surprise: the reduction may not advance while you compute, unless
 #   something drives MPI's **progress** engine;
-# - how minips wraps all this in one class, `Comm` (`minips/distributed/comm.py`, the only file of
-#   minips that imports mpi4py).
+# - how minips wraps all this in one class, `Comm` (`minips/distributed/comm/core.py`; its MPI
+#   back-end `comm/mpi.py` is the only file of minips that imports mpi4py).
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, a few seconds.
 # (Opened as a notebook it runs on one rank, where every collective is trivial; run the
 # command above in a terminal, or `!mpiexec -n 2 python 04_mpi_basics.py` in a cell.)
-# **Files to read alongside**: `minips/distributed/comm.py` (`Comm`, `Request`, `get_comm`).
+# **Files to read alongside**: `minips/distributed/comm/core.py` (`Comm`, `Request`) and
+# `minips/distributed/comm/__init__.py` (`get_comm`).
 
 # %%
 import time
@@ -78,7 +79,7 @@ say("allgather of small Python objects:", everyone)
 # also checks the buffer (contiguous float32) and returns the seconds it took.
 
 # %%
-from mpi4py import MPI  # noqa: E402  (only comm.py does this inside minips)
+from mpi4py import MPI  # noqa: E402  (only minips/distributed/comm/mpi.py does this inside minips)
 
 buf = np.full(4, comm.rank + 1, dtype=np.float32)
 print(f"rank {comm.rank} before: {buf}", flush=True)

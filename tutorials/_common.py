@@ -47,8 +47,18 @@ def _flag(name: str, default: bool = False) -> bool:
 
 #: True when MINIPS_TUTORIAL_FAST=1: small data, few steps (for tests).
 FAST = _flag("MINIPS_TUTORIAL_FAST")
-#: True when unsolved exercises fall back to the reference solutions.
-SOLUTIONS = _flag("MINIPS_TUTORIAL_SOLUTIONS", default=FAST)
+
+
+def solutions_on() -> bool:
+    """Whether unsolved exercises fall back to the reference solutions
+    (``MINIPS_TUTORIAL_SOLUTIONS``), read at every check: setting it in a
+    running notebook kernel (``os.environ[...] = "1"`` or ``%env``) takes
+    effect when the cell is run again."""
+    return _flag("MINIPS_TUTORIAL_SOLUTIONS", default=FAST)
+
+
+#: MINIPS_TUTORIAL_SOLUTIONS when this module was imported (exercise() reads it anew: solutions_on())
+SOLUTIONS = solutions_on()
 #: True inside Jupyter (an IPython kernel), False when run as a script.
 IN_NOTEBOOK = "ipykernel" in sys.modules
 
@@ -357,13 +367,17 @@ def exercise(exercise_id: str, answer, **context):
         _check_once(exercise_id, ex, answer, context)
     except NotImplementedError:
         sol_file = _rel(HERE / "solutions" / f"{ex.step}.py")
-        if not SOLUTIONS:
+        if not solutions_on():
+            step = _rel(HERE / (ex.step + ".py"))
             where = ("the cell above; then run both cells again" if IN_NOTEBOOK else
-                     f"{_rel(HERE / (ex.step + '.py'))}; then run the step again")
+                     f"{step}; then run the step again")
+            how = ("run `import os; os.environ[\"MINIPS_TUTORIAL_SOLUTIONS\"] = \"1\"` (or "
+                   "`%env MINIPS_TUTORIAL_SOLUTIONS=1`) in a cell of this notebook, then run this cell again"
+                   if IN_NOTEBOOK else f"run the step as `MINIPS_TUTORIAL_SOLUTIONS=1 python {step}`")
             raise ExerciseNotDone(
                 f"Exercise {exercise_id} is not done yet: replace the `raise NotImplementedError` in "
                 f"`{ex.name}` with your code ({where}).\n"
-                f"To go on without it, set MINIPS_TUTORIAL_SOLUTIONS=1 (the reference answer in "
+                f"To go on without it, set MINIPS_TUTORIAL_SOLUTIONS=1: {how} (the reference answer in "
                 f"{sol_file} is then used).") from None
         say(f"Exercise {exercise_id}: not done yet; using the reference solution ({sol_file}).")
         answer = solution(exercise_id)

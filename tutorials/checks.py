@@ -974,7 +974,7 @@ def _push_matrix(n: int, out_neighbors) -> np.ndarray:
 
 @register("12.2", S12, "push_sum_step", "that is the round of minips.averaging.push_sum.PushSum.step.")
 def check_push_sum_step(push_sum_step):
-    from minips.averaging.engines import VirtualCluster
+    from minips.averaging.engines import VectorisedCluster
     from minips.averaging.graph import make_graph
     from minips.averaging.push_sum import PushSum
 
@@ -1025,7 +1025,7 @@ def check_push_sum_step(push_sum_step):
         nbrs = [out[indptr[i]:indptr[i + 1]].tolist() for i in range(8)]
         x0 = rng.standard_normal((8, 2))
         ref = PushSum(g)
-        ref.start(VirtualCluster(8), x0)
+        ref.start(VectorisedCluster(8), x0)
         x, w = x0.copy(), np.ones(8)
         for t in range(10):
             ref.step(t)

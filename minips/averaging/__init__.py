@@ -1,7 +1,7 @@
 """Averaging methods: how n nodes, each holding a value, agree on the mean
 by talking to neighbours only. These are not training algorithms (they are
 not in the ALGORITHMS registry); ``python -m minips gossip-lab`` runs them on
-a virtual cluster (all nodes in one process) or under MPI (one node per rank)
+a vectorised cluster (all nodes in one process) or under MPI (one node per rank)
 and reports the error per round (docs/gossip.md).
 
 One module per method:

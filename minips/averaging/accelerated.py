@@ -1,6 +1,6 @@
 """Accelerated gossip with a shift register (Cao, Spielman & Yeh 2006;
 analysed by Liu, Anderson, Cao & Morse, "Analysis of accelerated gossip
-algorithms", Automatica 49(4), 2013). Specification: ALGORITHMS.md section 6.
+algorithms", Automatica 49(4), 2013). Specification: docs/specifications.md section 20.
 
 Pseudo-code (every node i; x(-1) = x(0))::
 

@@ -1,6 +1,6 @@
 """ACO-guided peer selection for push-pull gossip (Janecek & Gansterer,
 "ACO-inspired acceleration of gossip averaging", GECCO 2016).
-RECONSTRUCTION: only the abstract was available (ALGORITHMS.md section 16);
+RECONSTRUCTION: only the abstract was available (docs/specifications.md section 22);
 the rule below is ours, built from what the abstract states (pheromone on
 edges, a heuristic from locally kept values, evaporation, no extra messages,
 "local" and "global" knowledge variants).

@@ -1,6 +1,6 @@
 """Two engines with one interface: where the nodes of an averaging method live.
 
-- :class:`VirtualCluster`: all ``n`` nodes in one process; a node's value is
+- :class:`VectorisedCluster`: all ``n`` nodes in one process; a node's value is
   row i of an ``(n, d)`` float64 array and every operation is vectorised NumPy
   over all nodes (10,000 nodes on a laptop).
 - :class:`MPICluster`: one node per MPI rank (``mpiexec -n P``); the arrays
@@ -23,16 +23,16 @@ import numpy as np
 
 from .graph import Graph
 
-__all__ = ["VirtualCluster", "MPICluster"]
+__all__ = ["VectorisedCluster", "MPICluster"]
 
 
-class VirtualCluster:
+class VectorisedCluster:
     """All ``n`` nodes in this process.
 
     Attributes:
         n: nodes; ids: ``arange(n)`` (the rows held); messages, control_ints: counters.
     """
-    kind = "virtual"
+    kind = "vectorised"
 
     def __init__(self, n: int):
         self.n = n
@@ -98,7 +98,7 @@ class MPICluster:
     def __init__(self, comm, n: int):
         if comm.size < 2:
             raise ValueError("the MPI engine needs at least 2 ranks (one node per rank); run mpiexec -n P with "
-                             "P >= 2, or without mpiexec for the virtual cluster")
+                             "P >= 2, or without mpiexec for the vectorised cluster")
         if n != comm.size:
             raise ValueError(f"under mpiexec the lab runs one node per rank: -n must equal the number of ranks "
                              f"({comm.size}), got -n {n}")
@@ -147,7 +147,7 @@ class MPICluster:
 
     def push(self, g: Graph, share: np.ndarray, alive=None) -> np.ndarray:
         if alive is not None:
-            raise ValueError("nodes joining or leaving are simulated on the virtual cluster only; "
+            raise ValueError("nodes joining or leaving are simulated on the vectorised cluster only; "
                              "run without mpiexec (drop --join/--leave under mpiexec)")
         rows, _ = self._gather_in(g, np.ascontiguousarray(share[0]))
         return rows.sum(axis=0)[None]

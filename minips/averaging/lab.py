@@ -1,8 +1,8 @@
 """``python -m minips gossip-lab``: watch n nodes average their values.
 
 Runs one or more averaging methods (:data:`minips.averaging.METHODS`) on a
-graph (:mod:`minips.averaging.graph`) for a number of rounds, on the virtual
-cluster (all nodes in this process) or, under ``mpiexec -n P``, on the MPI
+graph (:mod:`minips.averaging.graph`) for a number of rounds, on the vectorised
+cluster (all nodes in this process, rows of one array) or, under ``mpiexec -n P``, on the MPI
 engine (one node per rank), and reports per method: the error
 ``||x(t) - mean||`` per round (Frobenius norm over nodes and dimensions; its
 ratio to round 0 is the *relative error*), the rounds and messages to reach a
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..cli import subcommand
 from . import METHODS, make_method
-from .engines import MPICluster, VirtualCluster
+from .engines import MPICluster, VectorisedCluster
 from .graph import GRAPHS, make_graph
 
 __all__ = ["simulate", "initial_values", "rounds_to", "run_table"]
@@ -90,14 +90,14 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
         topology, n, radius, graph_seed: the graph (:func:`~minips.averaging.graph.make_graph`).
         rounds: rounds to run; seed: seed of the starting values and of the method's choices.
         d: values per node; init: ``normal``, ``uniform`` or ``spike``.
-        engine: a :class:`VirtualCluster` (default) or :class:`MPICluster`.
+        engine: a :class:`VectorisedCluster` (default) or :class:`MPICluster`.
         keep_history: return every node's estimate per round, ``history`` (n, rounds + 1, d).
-        stop_at: virtual cluster only: stop once the relative error is below this.
+        stop_at: vectorised cluster only: stop once the relative error is below this.
         options: the method's options (``alpha``, ``order_seed``, ``rho``, ``estimate``, ``join``, ``leave``).
         method: an already built method (then method_name/options are ignored).
 
     Returns:
-        On rank 0 (always for the virtual cluster) a dict: ``error`` and
+        On rank 0 (always for the vectorised cluster) a dict: ``error`` and
         ``relative_error`` (lists, one per round 0..rounds), ``rounds_to_1e-6``,
         ``messages`` (cumulative per round), ``messages_to_1e-6``,
         ``control_ints``, ``rate_measured``, ``rate_predicted`` (+ ``prediction``
@@ -109,33 +109,33 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     graph = make_graph(topology, n, radius=radius, seed=graph_seed)
     if method is None:
         method = make_method(method_name, graph, seed=seed, **(options or {}))
-    engine = engine or VirtualCluster(n)
-    virtual = engine.kind == "virtual"
+    engine = engine or VectorisedCluster(n)
+    vectorised = engine.kind == "vectorised"
     values = initial_values(n, d, seed, init)
     method.start(engine, values[engine.ids])
     kind = getattr(method, "kind", "average")
     t0 = time.perf_counter()
     hist, err, msgs = [method.estimate().copy()], [], [0]
-    if virtual:
+    if vectorised:
         err.append(_error(method, values, hist[0], 0))
     for t in range(rounds):
         method.step(t)
         msgs.append(engine.messages)
         est = method.estimate()
-        if virtual:
+        if vectorised:
             err.append(_error(method, values, est, t + 1))
             if stop_at is not None and err[0] > 0 and err[-1] <= stop_at * _scale(kind, values, method, err[0]):
                 break
-        if keep_history or not virtual:
+        if keep_history or not vectorised:
             hist.append(est.copy())
     seconds = time.perf_counter() - t0
-    history = engine.gather(np.stack(hist, axis=1)) if (keep_history or not virtual) else None
+    history = engine.gather(np.stack(hist, axis=1)) if (keep_history or not vectorised) else None
     msg_rows = engine.gather(np.array(msgs)[None])
     control = engine.total(engine.control_ints)
     bytes_sent = engine.total(engine.bytes_sent)
     if msg_rows is None:
         return None
-    if not virtual:
+    if not vectorised:
         err = [_error(method, values, history[:, t], t) for t in range(history.shape[1])]
     err = np.array(err)
     rel = err / _scale(kind, values, method, err[0])
@@ -143,7 +143,7 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     l2 = graph.lambda2()
     out = {
         "method": method.name, "topology": topology, "n": n, "d": d, "init": init, "seed": seed,
-        "rounds": len(err) - 1, "engine": engine.kind, "ranks": 1 if virtual else engine.n,
+        "rounds": len(err) - 1, "engine": engine.kind, "ranks": 1 if vectorised else engine.n,
         "lambda2": l2, "spectral_gap": None if l2 is None else 1.0 - l2,
         "error": err.tolist(), "relative_error": rel.tolist(),
         "rounds_to_1e-6": rounds_to(rel), "messages": msg_rows.sum(axis=0).tolist(),
@@ -193,15 +193,38 @@ def report_lines(results: list[dict], tol: float = TOL) -> list[str]:
     head = (f"{r0['topology']}, n = {r0['n']}, d = {r0['d']}, {r0['engine']} engine"
             + (f" ({r0['ranks']} ranks)" if r0["engine"] == "mpi" else "")
             + (f", |lambda_2(W)| = {l2:.6f}" if l2 is not None else ""))
-    lines = [head, f"{'method':<12} {'rounds to 1e-6':>14} {'predicted':>9} {'rate meas.':>10} {'rate pred.':>10} "
-                   f"{'messages to 1e-6':>16} {'final rel. err':>14}"]
+    # two header rows, one column under each pair of words, columns separated by ' | '
+    cols = [("", "method", 12), ("rounds to 1e-6", "measured", 14), ("rounds to 1e-6", "predicted", 14),
+            ("rate per round", "measured", 14), ("rate per round", "predicted", 14),
+            ("messages", "to 1e-6", 10), ("final", "rel. error", 10)]
+    def row(cells):
+        return " | ".join(f"{c:<{w}}" if k == 0 else f"{c:>{w}}" for k, (c, (_, _, w)) in enumerate(zip(cells, cols)))
+    lines = [head, row([c[0] for c in cols]), row([c[1] for c in cols]), "-+-".join("-" * c[2] for c in cols)]
     for r in results:
-        lines.append(f"{r['method']:<12} {_fmt(r['rounds_to_1e-6']):>14} {_fmt(r['rounds_to_1e-6_predicted']):>9} "
-                     f"{_fmt(r['rate_measured'], '.5f'):>10} {_fmt(r['rate_predicted'], '.5f'):>10} "
-                     f"{_fmt(r['messages_to_1e-6']):>16} {r['relative_error'][-1]:>14.3e}")
+        lines.append(row([r["method"], _fmt(r["rounds_to_1e-6"]), _fmt(r["rounds_to_1e-6_predicted"]),
+                          _fmt(r["rate_measured"], ".5f"), _fmt(r["rate_predicted"], ".5f"),
+                          _fmt(r["messages_to_1e-6"]), f"{r['relative_error'][-1]:.3e}"]))
     lines.append("rounds to 1e-6: first round with ||x - mean|| <= 1e-6 ||x(0) - mean||; predicted: from the rate "
-                 "predicted by the spectrum; '-': not reached / not computable")
+                 "predicted by the spectrum; rate per round measured between relative errors 1e-2 and 1e-6 (over the "
+                 "second half of the run when 1e-6 is not reached); "
+                 "'-': not reached / not computable")
     return lines
+
+
+def error_ylim(results: list[dict], tol: float = TOL) -> tuple[float, float]:
+    """The y-range of :func:`plot_errors`: from a third of the smallest
+    measured relative error (or of ``tol``, when some curve comes within a
+    factor 100 of it) to three times the largest (at least 3): the measured
+    curves fill the plot whatever their range; the dashed predictions are cut
+    where they leave it."""
+    vals = np.concatenate([np.asarray(r["relative_error"], float) for r in results])
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    if vals.size == 0:
+        return tol / 3, 3.0
+    lo, hi = float(vals.min()), float(vals.max())
+    if lo <= 100 * tol:
+        lo = min(lo, tol)
+    return max(lo / 3, 1e-300), max(hi, 1.0) * 3
 
 
 def plot_errors(results: list[dict], path, title: str) -> None:
@@ -218,16 +241,20 @@ def plot_errors(results: list[dict], path, title: str) -> None:
         if r["rate_predicted"] is not None and r["rate_predicted"] > 0:
             t = np.arange(len(rel))
             ax.semilogy(t, r["rate_predicted"] ** t, color=c, lw=1, ls="--", alpha=0.8)
-    ax.axhline(TOL, color="grey", lw=0.8, ls=":")
+    ymin, ymax = error_ylim(results)
+    shows_tol = ymin <= TOL
+    if shows_tol:
+        ax.axhline(TOL, color="grey", lw=0.8, ls=":")
     for r in results:  # push-sum churn: the target moves at these rounds
         for what in ("join", "leave"):
             if r.get(what) is not None:
                 ax.axvline(r[what], color="grey", lw=0.8, ls="-.")
                 ax.text(r[what], 1.5, f" node {what}s", fontsize=7, color="grey")
-    ax.set_ylim(1e-16, 10)
+    ax.set_ylim(ymin, ymax)
     ax.set_xlabel("round")
     ax.set_ylabel("||x(t) - mean|| / ||x(0) - mean||")
-    ax.set_title(title + "\nsolid: measured; dashed: spectral prediction rate^t; dotted: 1e-6", fontsize=9)
+    ax.set_title(title + "\nsolid: measured; dashed: spectral prediction rate^t; "
+                 + ("dotted: 1e-6" if shows_tol else f"1e-6 not approached (lowest {ymin * 3:.2g})"), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, which="both", lw=0.4)
     fig.tight_layout()
@@ -288,7 +315,7 @@ TABLE_METHODS = ("plain", "accelerated", "pairwise", "periodic", "aco-local", "a
 
 def run_table(methods, topologies, sizes, max_rounds: int, seed: int = 0, progress=print) -> dict:
     """Rounds (and messages) to 1e-6 for every method x topology x size on the
-    virtual cluster, each run stopped at 1e-6 or after ``max_rounds``."""
+    vectorised cluster, each run stopped at 1e-6 or after ``max_rounds``."""
     rows = []
     for n in sizes:
         for top in topologies:
@@ -326,7 +353,7 @@ def table_markdown(table: dict) -> str:
 
 # --- command line -----------------------------------------------------------------------------------
 
-@subcommand("gossip-lab", help="watch n nodes average: gossip methods on a virtual cluster or under MPI "
+@subcommand("gossip-lab", help="watch n nodes average: gossip methods on a vectorised cluster or under MPI "
                                "(error per round, spectral prediction, figure)")
 def add_arguments(p):
     p.add_argument("--topology", default="ring", help=f"graph: {', '.join(GRAPHS)} (default ring)")
@@ -347,8 +374,8 @@ def add_arguments(p):
                                                          "random edge orders (same on a tree)")
     p.add_argument("--rho", type=float, help="aco-*: pheromone evaporation in (0, 1] (default 0.1)")
     p.add_argument("--estimate", choices=["average", "sum", "count"], help="push-sum: what to estimate")
-    p.add_argument("--join", type=int, help="push-sum: node n-1 joins at this round (virtual cluster)")
-    p.add_argument("--leave", type=int, help="push-sum: node n/2 leaves at this round (virtual cluster)")
+    p.add_argument("--join", type=int, help="push-sum: node n-1 joins at this round (vectorised cluster)")
+    p.add_argument("--leave", type=int, help="push-sum: node n/2 leaves at this round (vectorised cluster)")
     p.add_argument("--frames", type=int, default=0, help="write this many PNG frames of the first method's "
                                                         "values on the graph into OUT/frames/ (n <= 1024)")
     p.add_argument("--table", action="store_true", help="instead: rounds to 1e-6 for methods x topologies x "
@@ -381,7 +408,7 @@ def cmd_gossip_lab(args) -> int:
     n = args.n if args.n is not None else (comm.size if comm is not None else 64)
     if comm is not None and comm.size == 1:
         raise ValueError("mpiexec -n 1: the MPI engine runs one node per rank and needs P >= 2 ranks; "
-                         "use mpiexec -n 4, or run without mpiexec for the virtual cluster")
+                         "use mpiexec -n 4, or run without mpiexec for the vectorised cluster")
     options = {"alpha": args.alpha, "order_seed": args.order_seed, "rho": args.rho, "estimate": args.estimate,
                "join": args.join, "leave": args.leave}
     results, root = [], comm is None or comm.rank == 0
@@ -390,7 +417,7 @@ def cmd_gossip_lab(args) -> int:
         ignored = sorted(key for key, v in options.items() if v is not None and key not in _accepts_any(methods))
         if ignored:
             raise ValueError(f"--{ignored[0].replace('_', '-')} is not an option of {', '.join(methods)}")
-        engine = MPICluster(comm, n) if comm is not None else VirtualCluster(n)
+        engine = MPICluster(comm, n) if comm is not None else VectorisedCluster(n)
         r = simulate(m, args.topology, n, args.rounds, seed=args.seed, d=args.dim, init=args.init, engine=engine,
                      radius=args.radius, graph_seed=args.graph_seed, keep_history=(k == 0 and args.frames > 0),
                      options=mine)
@@ -439,7 +466,7 @@ def _print_orders(args) -> None:
 def _cmd_table(args, methods) -> int:
     from ..distributed.comm import launched_by_mpi
     if launched_by_mpi():
-        raise ValueError("--table runs on the virtual cluster: run it without mpiexec")
+        raise ValueError("--table runs on the vectorised cluster: run it without mpiexec")
     tops = [t for t in args.topologies.split(",") if t]
     for t in tops:
         if t not in GRAPHS:

@@ -1,6 +1,6 @@
 """Periodic gossiping along a fixed edge schedule (Yu, Anderson, Mou, Liu,
 He & Morse, "Distributed averaging using periodic gossiping", IEEE TAC 2017).
-Specification: ALGORITHMS.md section 8.
+Specification: docs/specifications.md section 21.
 
 Fix an order ``(e_1, ..., e_m)`` of the m edges of a connected graph; each
 edge fires once per period and its two ends average. Consecutive edges that

@@ -1,7 +1,7 @@
 """Push-sum (Kempe, Dobra & Gehrke, "Gossip-based computation of aggregate
 information", FOCS 2003), on directed and time-varying graphs. The paper
 titled "Gossip-Based Averaging, Estimation and Optimization" was not found;
-ALGORITHMS.md section 17 reads it as push-sum (RECONSTRUCTION of the identity;
+docs/specifications.md section 10 reads it as push-sum (RECONSTRUCTION of the identity;
 the rule itself is Kempe et al.'s).
 
 Every node keeps a numerator x_i (d floats) and a weight w_i; its estimate is
@@ -20,7 +20,7 @@ Starting values choose what is estimated:
 - sum:     ``x_i = v_i, w_i = [i == 0]``    -> sum of the v_i
 - count:   ``x_i = 1,   w_i = [i == 0]``    -> number of nodes
 
-Churn (virtual cluster, static graphs): node ``n - 1`` **joins** at round
+Churn (vectorised cluster, static graphs): node ``n - 1`` **joins** at round
 ``join`` with its starting pair; node ``n // 2`` **leaves** at round ``leave``
 and first hands ``(x, w)`` minus its own starting pair to its first live
 out-neighbour, so the mass left is exactly that of the remaining nodes and

@@ -1,4 +1,4 @@
-"""``python -m minips bench {kernels,lstm,comm,scaling,study,train}``: each benchmark prints a
+"""``python -m minips bench {kernels,lstm,comm,scaling,study,train,virtual}``: each benchmark prints a
 table and can write JSON. Benchmarks register themselves in :data:`BENCHES`
 (name -> (add_arguments(parser), run(args) -> int, help)).
 """
@@ -10,7 +10,7 @@ from ..cli import subcommand
 
 BENCHES: dict = {}
 _MODULES = ("minips.bench.kernels", "minips.bench.lstm", "minips.bench.comm", "minips.bench.scaling",
-            "minips.bench.study", "minips.bench.train")
+            "minips.bench.study", "minips.bench.train", "minips.bench.virtual")
 
 
 def register_bench(name: str, help: str):
@@ -21,7 +21,7 @@ def register_bench(name: str, help: str):
     return deco
 
 
-@subcommand("bench", help="benchmarks: kernels, lstm, comm, scaling, study, train (table + JSON)")
+@subcommand("bench", help="benchmarks: kernels, lstm, comm, scaling, study, train, virtual (table + JSON)")
 def add_bench_arguments(p):
     for mod in _MODULES:
         try:

@@ -115,6 +115,7 @@ def measure_overlap(comm, nbytes: int, mode: str, repeats: int = 5) -> dict:
 def run(args) -> int:
     from ..distributed.comm import get_comm
     from ..distributed.costmodel import fit_ring_allreduce
+    from ..kernels import cpuinfo
 
     comm = get_comm(args.network, "none")
     P = comm.size
@@ -125,7 +126,7 @@ def run(args) -> int:
     desc = comm.describe().replace(f"; progress={comm.progress_mode}", "").replace(f"progress={comm.progress_mode}", "")
     say(f"bench comm: {desc}"
         + ("; MPICH async progress thread ON (MPIR_CVAR_ASYNC_PROGRESS=1)" if mpich_async else "")
-        + f"; load average {load_start}")
+        + f"; load average {load_start}; cpu: {cpuinfo.describe()}")
     if P < 2:
         say("note: one rank: allreduce is a no-op; run under mpiexec -n 2 or more for meaningful numbers")
     rows = []
@@ -178,7 +179,7 @@ def run(args) -> int:
     result = {"world_size": P, "local_size": comm.local_size, "library": comm.describe(),
               "network_emulated": comm.emulated, "network": str(comm.network) if comm.network else "real",
               "mpich_async_progress": mpich_async, "allreduce": rows, "fit": fit, "overlap": overlap,
-              "host": os.uname().nodename, "cores": len(os.sched_getaffinity(0)),
+              "host": os.uname().nodename, "cores": len(os.sched_getaffinity(0)), "cpu": cpuinfo.describe(),
               "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
     if comm.rank == 0:
         if args.json:

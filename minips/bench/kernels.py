@@ -346,7 +346,7 @@ def machine_report(threads: int, torch, clock: str = "wall") -> dict:
     vec = cpuinfo.measure_vector_peak(info)
     measured_core = vec.get("peak_gflops_per_core", numba_core)
     return {
-        "cpu": info.model, "cores": info.cores, "simd": info.simd, "vector_bits": info.vector_bits,
+        "cpu": cpuinfo.describe(), "cores": info.cores, "simd": info.simd, "vector_bits": info.vector_bits,
         "fma_units": info.fma_units, "ghz": info.ghz, "ghz_source": info.ghz_source,
         "peak_arithmetic": info.arithmetic(),
         "peak_gflops_per_core_stated": info.peak_gflops_per_core,

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from ..distributed.algorithms import BASELINE, DEFAULT_ALGOS
+from ..kernels import cpuinfo
 from .cli import register_bench
 
 __all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "reported_points"]
@@ -280,6 +281,16 @@ def _spec_of(row: dict) -> str:
     return algo
 
 
+def _same_algorithm(a: str, b: str) -> bool:
+    """Whether two specs resolve to the same algorithm with the same options."""
+    from ..distributed.algorithms import resolve
+    try:
+        ra, rb = resolve(a), resolve(b)
+    except ValueError:  # an old JSON's free-form label
+        return False
+    return ra.cls is rb.cls and ra.options == rb.options
+
+
 def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0,
                also=(), shapes=()) -> dict:
     """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
@@ -290,7 +301,9 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     and each adds its own measured extra compute (predictor, compressor, ...).
     ``also``: further algorithm specs projected from that shared profile with
     no measured extra compute (not measured; what their model computes itself,
-    e.g. compression at its per-entry cost, is in their ``step_time``).
+    e.g. compression at its per-entry cost, is in their ``step_time``), unless
+    one resolves to the same algorithm and options as a measured row: then it
+    gets that row's extra compute.
     ``shapes``: the model's parameter shapes (for PowerSGD's factor sizes)."""
     import dataclasses
 
@@ -303,7 +316,10 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets, shapes)
     profiles = {_spec_of(r): dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
     for spec in also:
-        profiles.setdefault(spec, base)
+        # a spec written differently from a measured one (pseudo-sync:predictor=adaptive:staleness=1 for the
+        # measured pseudo-sync:adaptive) is the same algorithm: it gets that run's extra compute, not none
+        twin = next((m for m in list(profiles) if _same_algorithm(m, spec)), None)
+        profiles.setdefault(spec, profiles[twin] if twin else base)
     baseline = BASELINE if BASELINE in profiles else None
     out = {}
     for name in networks:
@@ -615,7 +631,8 @@ def run(args) -> int:
         cores = _cores()
         over = [P for P in ranks if P * args.threads > cores]
         say(f"bench scaling: {args.model} on {args.data}, batch {args.batch_size}/rank, {args.steps} steps, "
-            f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}"
+            f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}; "
+            f"cpu: {cpuinfo.describe()}"
             + (f"; NOTE P={over} oversubscribe the cores: their times are not meaningful" if over else ""))
         load_start = _load_avg()
         t0 = time.time()
@@ -623,7 +640,8 @@ def run(args) -> int:
         result = {"config": {k: getattr(args, k) for k in ("model", "data", "batch_size", "steps", "lr", "threads",
                                                            "repeats", "progress", "bucket_mb", "network", "algos",
                                                            "ranks")},
-                  "host": {"name": os.uname().nodename, "cores": cores, "load_start": load_start,
+                  "host": {"name": os.uname().nodename, "cores": cores, "cpu": cpuinfo.describe(),
+                           "load_start": load_start,
                            "load_end": _load_avg(), "seconds": time.time() - t0, "python": sys.version.split()[0]},
                   "measured": rows}
     cfg = result["config"]

@@ -14,6 +14,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     timeout_s = 1800            # per run
     metric = "test_accuracy"    # or "bleu"; "val_accuracy" / "val_bleu" with val-fraction in [train]
     target_accuracy = 0.85      # optional: seconds to the first evaluation at or above it
+    within_points = 0.5         # optional: the target "within 0.5 points of the baseline" (met / missed / unresolved)
+    contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
 
     [train]                     # passed as explicit flags to every run
@@ -34,6 +36,14 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     [env]                       # environment of every run (threads per rank)
     NUMBA_NUM_THREADS = "1"
 
+With ``virtual = true`` in the grid (or ``--virtual-ranks P,...`` on the
+command line, which also replaces the grid's ranks) every run is
+``python -m minips train --virtual-ranks P ...``: P ranks as threads of one
+process instead of ``mpiexec -n P`` (:mod:`minips.distributed.comm.virtual`),
+in ``OUT/runs/P{P}-virtual/``. Their metrics and traffic are the MPI runs';
+their measured times are not a cluster's, so the report marks them VIRTUAL
+and times to the target use the cost model's projected step time.
+
 ``algos`` entries are algorithm specs as in ``compare``
 (``NAME[:key=value]...[@LABEL]``, or the short ``NAME:PREDICTOR:K``); an
 ``@NAME`` that names a ``[variants.NAME]`` table selects those predictor
@@ -46,8 +56,9 @@ recorded as *diverged* (it is a result, not an error). While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
-``OUT/G.md`` (mean, standard deviation and min-max over seeds, and the gap to
-the registry's baseline algorithm when the grid has it) and
+``OUT/G.md`` (mean, 95 % t interval and min-max over seeds, and each entry
+against the registry's baseline algorithm paired by seed when the grid has
+it) and
 ``OUT/G-<lr>.png`` (metric against P per algorithm), and the families
 report: in ``G.md`` a table per learning-rate setting with one row per
 algorithm entry (its family, and per P the test metric, MiB sent per rank per
@@ -58,6 +69,16 @@ cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
 MiB sent, and its final value against MiB per step, labelled; drawn by
 :mod:`minips.plots` as ``compare``'s are). Several grids
 may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+
+Statistics (:mod:`minips.stats`): every cell is reported as its mean and
+95 % t interval over seeds; every entry is paired by seed with the baseline
+entry (the registry's baseline, sync), and the report says **better** /
+**worse** / **tie** from the 95 % t interval of the per-seed differences.
+Grid keys ``within_points = X`` (a target "within X points of the baseline":
+met / missed / unresolved, with the seeds that would resolve it) and
+``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
+``--contrast``, and ``--add-records OLD.json`` (count the runs an earlier
+study recorded, for seeds whose folders were not kept).
 
 Choosing on a validation split: with ``val-fraction`` in ``[train]`` and
 ``metric = "val_accuracy"`` (or ``"val_bleu"``), the report's first tables
@@ -138,22 +159,25 @@ class Grid:
     source: str = ""
     report_metric: str | None = None
     target_accuracy: float | None = None
+    virtual: bool = False
     within_points: float | None = None
     contrasts: list = field(default_factory=list)
 
 
 @dataclass
 class RunSpec:
-    """One training run of the grid."""
+    """One training run of the grid (``virtual``: P threads of one process, not mpiexec)."""
     P: int
     lr_name: str
     label: str
     seed: int
     flags: dict
     predictor_options: dict
+    virtual: bool = False
 
     def out(self, root) -> Path:
-        return Path(root) / "runs" / f"P{self.P}" / self.lr_name / _safe(self.label) / f"seed{self.seed}"
+        ranks = f"P{self.P}-virtual" if self.virtual else f"P{self.P}"
+        return Path(root) / "runs" / ranks / self.lr_name / _safe(self.label) / f"seed{self.seed}"
 
 
 def _safe(label: str) -> str:
@@ -175,7 +199,8 @@ def load_grid(path) -> Grid:
         if key not in raw:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
     known = ("ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric", "chance",
-             "report_metric", "target_accuracy", "within_points", "contrasts")
+             "report_metric", "target_accuracy", "within_points", "contrasts",
+             "virtual")
     unknown = set(raw) - set(known)
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
@@ -194,8 +219,11 @@ def load_grid(path) -> Grid:
              chance=raw.get("chance", 0.1 if raw.get("metric", "test_accuracy") == "test_accuracy" else None),
              source=str(p), report_metric=raw.get("report_metric", _test_twin(raw.get("metric", ""))),
              target_accuracy=float(raw["target_accuracy"]) if "target_accuracy" in raw else None,
-             within_points=_within(p, raw.get("within_points")))
+             within_points=_within(p, raw.get("within_points")), virtual=raw.get("virtual", False))
     g.contrasts = _contrasts(p, raw.get("contrasts", []), g.algos)
+    if not isinstance(g.virtual, bool):
+        raise StudyError(f"{p}: virtual = {g.virtual!r}: give true (every run on virtual ranks, threads of one "
+                         "process) or false (mpiexec, the default)")
     if g.metric.startswith("val_") and not g.train.get("val-fraction", g.train.get("val_fraction")):
         raise StudyError(f"{p}: metric {g.metric!r} is measured on a validation split: add val-fraction "
                          "(e.g. 0.1) to [train]")
@@ -248,10 +276,12 @@ def _check_target(p: Path, raw: dict) -> None:
                          f"{'30' if top == 100 else '0.85'}{hint}")
 
 
-def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[RunSpec]:
+def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None, virtual: bool | None = None) -> list[RunSpec]:
     """All runs of the grid, seeds outermost (so a study cut short has every
     setting for the first seeds), then learning-rate setting, ranks, algorithm.
-    ``ranks``/``seeds``/``lrs``/``algos`` restrict the grid (None = all)."""
+    ``ranks``/``seeds``/``lrs``/``algos`` restrict the grid (None = all);
+    ``virtual`` overrides the grid's ``virtual`` key."""
+    virtual = grid.virtual if virtual is None else virtual
     out = []
     for seed, lr_name, P, a in itertools.product(seeds or grid.seeds, lrs or list(grid.lr), ranks or grid.ranks,
                                                  algos or grid.algos):
@@ -260,7 +290,7 @@ def expand(grid: Grid, ranks=None, seeds=None, lrs=None, algos=None) -> list[Run
         algo, variant = _split_entry(a, grid.variants)
         flags = {**grid.train, **grid.lr[lr_name], "algo": algo, "seed": seed, "label": a}
         opts = dict(grid.variants[variant]) if variant else {}
-        out.append(RunSpec(P, lr_name, a, seed, flags, opts))
+        out.append(RunSpec(P, lr_name, a, seed, flags, opts, virtual))
     return out
 
 
@@ -276,11 +306,13 @@ def _flag_args(flags: dict) -> list[str]:
 
 
 def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
-    """The ``mpiexec -n P python -m minips train ...`` command of one run (every
+    """The ``mpiexec -n P python -m minips train ...`` command of one run, or
+    ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
     option explicit; predictor options through ``OUT/predictor.toml``; ``--overwrite``: a
     finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
-    args = [mpiexec, "-n", str(spec.P), python, "-m", "minips", "train", *_flag_args(spec.flags),
-            "--out", str(out), "--quiet", "--overwrite"]
+    launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
+    args = [*launch, "-m", "minips", "train", *_flag_args(spec.flags),
+            "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
     if spec.predictor_options:
         args += ["--config", str(out / "predictor.toml")]
     return args
@@ -297,7 +329,7 @@ def _toml_value(v) -> str:
 def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  # noqa: C901
     """Run one grid point (unless its summary exists); returns its record."""
     out = spec.out(root)
-    rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed}
+    rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed, "virtual": spec.virtual}
     if (out / "summary.json").exists():
         return {**rec, **_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     out.mkdir(parents=True, exist_ok=True)
@@ -351,7 +383,10 @@ def _record(out: Path, metric: str, report_metric: str | None = None, target: fl
             "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
             "family": s.get("family"), "replicated": s.get("replicated"),
             "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
-            "time_to_target": time_to_target(s, target, tm),
+            "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
+            "oversubscribed": s.get("oversubscribed"),
+            "time_to_target": time_to_target(s, target, tm), "virtual": bool(s.get("virtual")),
+            "projected_step_time_s": s.get("projected_step_time_s"), "projected_network": s.get("projected_network"),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
 
 
@@ -561,6 +596,13 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
+    shared = [r for r in records if r.get("status") == "ok" and r.get("oversubscribed")]
+    if shared:
+        o = shared[0]["oversubscribed"]
+        lines += [f"**Ranks shared cores** in {len(shared)} of {sum(r.get('status') == 'ok' for r in records)} "
+                  f"finished runs (P = {', '.join(map(str, sorted({r['P'] for r in shared})))}; e.g. "
+                  f"{o['ranks_on_node']} ranks on {o['cores']} core(s) of a node): their ranks took turns, so "
+                  "their times are not comparable; the metrics above do not depend on it.", ""]
     ranks = sorted({r["P"] for r in records})
     labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
     for lr_name, lr_opts in grid.lr.items():
@@ -644,10 +686,24 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
 
 
 def _oversubscribed(records: list[dict]) -> list[int]:
-    """The P whose ranks times threads per rank outnumber this machine's cores."""
+    """The P whose runs shared cores: the run itself saw more ranks than cores
+    on a node (summary.json's ``oversubscribed``), or its ranks times threads
+    per rank outnumber this machine's cores."""
     cores = cores_on_node()
     return sorted({r["P"] for r in records
-                   if r.get("status") == "ok" and r["P"] * (r.get("threads_per_rank") or 1) > cores})
+                   if r.get("status") == "ok" and not r.get("virtual") and (r.get("oversubscribed")
+                                                   or r["P"] * (r.get("threads_per_rank") or 1) > cores)})
+
+
+def _machines(records: list[dict]) -> str:
+    """Where the times were taken: the CPUs and the range of end-of-run load averages the runs recorded."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    cpus = sorted({r["cpu"] for r in ok if r.get("cpu")})
+    loads = [r["load_average_end"][0] for r in ok if r.get("load_average_end")]
+    if not cpus:
+        return "Times taken on a CPU the runs did not record (runs made before summary.json recorded it)."
+    load = f"; 1-minute load average at the runs' ends {min(loads):g}-{max(loads):g}" if loads else ""
+    return f"Times taken on: {'; '.join(cpus)}{load}."
 
 
 def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = None) -> str:
@@ -719,6 +775,12 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
            + (f", in brackets over {base}'s at the same P" if base else "") + ". "
            "ms/step: milliseconds per training step after the warm-up, of the slowest rank (mean over seeds)"
            + (f", on an EMULATED {grid.train['network']} network" if grid.train.get("network") else "") + ". "]
+    virt = sorted({r["P"] for r in records if r.get("virtual")})
+    if virt:
+        net = next((r["projected_network"] for r in records if r.get("projected_network")), "?")
+        cap.append(f"VIRTUAL: the runs at P = {', '.join(map(str, virt))} ran as threads of one process: their "
+                   f"ms/step are not cluster times; their s to the target are PROJECTED (steps x the algorithm's "
+                   f"cost model on {net} from the compute measured per rank). ")
     if target is not None:
         cap.append(f"s to {target:g}: wall seconds from the start until the first evaluation (once per epoch) "
                    f"with {tm.replace('_', ' ')} at or above {target:g}, mean over the seeds that reached it "
@@ -731,7 +793,8 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                    f"(times threads per rank) than the {cores_on_node()} cores of the machine writing this report "
                    "(oversubscribed), so they measure the sharing of cores as much as the method. ")
     cap.append("consensus: (1/P) sum_i ||w_i - mean w||^2 at the last evaluation, mean over seeds; `-`: a method "
-               "whose ranks stay identical.")
+               "whose ranks stay identical. ")
+    cap.append(_machines(records))
     return "\n".join(lines) + "\n" + "".join(cap) + "\n"
 
 
@@ -745,8 +808,12 @@ def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
     for i in range(k):
         pts = [c[i] for c in curves]
         mib = [p.get("mib_sent") for p in pts]
+        proj = [p.get("projected_time_s") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
         out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
                     "mib_sent": None if None in mib else statistics.fmean(mib),
+                    "projected_time_s": None if None in proj else statistics.fmean(proj),
                     metric: statistics.fmean(p[metric] for p in pts)})
     return out
 
@@ -788,7 +855,8 @@ def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "s
                            + (f"\noversubscribed ({P} ranks on {cores_on_node()} cores): times not comparable"
                               if P in over else ""), methods))
         files = [out_dir / f"{stem}-{lr_name}-{suffix}.png" for suffix in ("time", "bytes", "traffic")]
-        drawn = [plot_method_curves(timed, files[0], "wall_time_s", tm),
+        x_time = "projected_time_s" if any(r.get("virtual") for r in records) else "wall_time_s"
+        drawn = [plot_method_curves(timed, files[0], x_time, tm),
                  plot_method_curves(panels, files[1], "mib_sent", tm), plot_accuracy_vs_traffic(panels, files[2], tm)]
         paths += [f for f, ok in zip(files, drawn) if ok]
     return paths
@@ -884,13 +952,17 @@ def run(args) -> int:
         grid.contrasts += _contrasts("--contrast", list(args.contrast), grid.algos)
     root = Path(args.out)
     ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
-    specs = expand(grid, ranks, seeds, _split(args.lr), _split(args.algos))
+    vranks = _ints("--virtual-ranks", getattr(args, "virtual_ranks", None))
+    if vranks and ranks:
+        raise StudyError("give --ranks (the grid's launch) or --virtual-ranks (those P as threads of one process), "
+                         "not both")
+    specs = expand(grid, vranks or ranks, seeds, _split(args.lr), _split(args.algos), True if vranks else None)
     add_records = getattr(args, "add_records", None)
     if args.report_only and not (root / "runs").is_dir() and not add_records:
         raise StudyError(f"--report-only: {root} holds no runs folder; give the --out of a study that ran "
                          f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
-    if mpiexec is None and not args.report_only and not args.dry_run:
+    if mpiexec is None and not args.report_only and not args.dry_run and not all(s.virtual for s in specs):
         raise StudyError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
                          "or load your site's MPI module")
     if args.dry_run:
@@ -955,6 +1027,9 @@ def add_arguments(p):
     p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
     p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")
     p.add_argument("--ranks", help="these rank counts instead of the grid's (a subset, or others), e.g. 2,4")
+    p.add_argument("--virtual-ranks", help="run these rank counts instead of the grid's as virtual ranks (threads "
+                                           "of one process, no mpiexec), e.g. 16,64 (the grid key virtual = true "
+                                           "runs the grid's own ranks so)")
     p.add_argument("--seeds", help="only these seeds, e.g. 0")
     p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
     p.add_argument("--algos", help="only these algos entries")

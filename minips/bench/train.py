@@ -25,7 +25,9 @@ rank was bound to, the threading layer and the load average before and after
 the ratio of the interleaved pair is what holds.
 
 Without PyTorch (or without ``--against torch``) minips is timed alone and
-the output says so.
+the output says so. The results go to ``OUT/bench-train.json`` (``--out``,
+default ``runs/bench-train``; ``--json FILE`` instead), never into the
+current directory unasked.
 """
 from __future__ import annotations
 
@@ -40,9 +42,11 @@ from pathlib import Path
 
 from .cli import register_bench
 
-__all__ = ["TrainBenchError", "parse_int_list", "run", "format_table"]
+__all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
 
 WORKLOAD_NAMES = ("convnet", "lstm")
+#: the results' folder when --out is not given (not the current directory)
+DEFAULT_OUT = "runs/bench-train"
 
 
 class TrainBenchError(ValueError):
@@ -99,7 +103,7 @@ def machine() -> dict:
 
     from ..kernels import cpuinfo
     info = cpuinfo.detect()
-    out = {"cpu": info.model, "cores": info.cores, "simd": info.simd, "vector_bits_isa": info.isa_bits,
+    out = {"cpu": cpuinfo.describe(), "cores": info.cores, "simd": info.simd, "vector_bits_isa": info.isa_bits,
            "vector_bits_datapath": info.vector_bits, "python": platform.python_version(),
            "numpy": np.__version__, "numba": numba.__version__, "torch": None}
     try:
@@ -175,9 +179,17 @@ def add_arguments(p):
     p.add_argument("--bind", action=__import__("argparse").BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when ranks x threads fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
-    p.add_argument("--json", metavar="OUT", default="bench-train.json",
-                   help="write the results here (default bench-train.json)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "
+                                                      f"(default {DEFAULT_OUT})")
+    p.add_argument("--json", metavar="FILE", help="write the results to this file instead (default "
+                                                  "OUT/bench-train.json)")
     p.set_defaults(func=run)
+
+
+def json_path(args) -> Path:
+    """Where the results go: ``--json``, else ``OUT/bench-train.json``."""
+    return Path(args.json) if getattr(args, "json", None) else \
+        Path(getattr(args, "out", None) or DEFAULT_OUT) / "bench-train.json"
 
 
 def run(args) -> int:
@@ -200,6 +212,12 @@ def run(args) -> int:
             raise TrainBenchError(f"{flag} must be >= 1, got {v}")
     if args.warmup < 0:
         raise TrainBenchError(f"--warmup must be >= 0, got {args.warmup}")
+    path = json_path(args)
+    try:  # before any timing: a folder that cannot be written must not cost the benchmark
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TrainBenchError(f"cannot create {path.parent} ({e.strerror}); give --out a folder you can "
+                              "write") from None
     try:
         mpiexec = _mpiexec()
     except ScalingError as e:
@@ -256,8 +274,7 @@ def run(args) -> int:
     res = {"machine": m, "options": {k: getattr(args, k) for k in ("against", "ranks", "batch_size", "workloads",
                                                                     "steps", "chunk", "warmup", "threads", "bind")},
            "torch_compared": use_torch, "note": note, "points": points}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=1))
-        print(f"wrote {args.json}")
+    from ..rundir import write_json
+    write_json(path, res)
+    print(f"wrote {path}")
     return 0

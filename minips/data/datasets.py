@@ -153,9 +153,17 @@ def load_image_dataset(name_or_path: str) -> ImageDataset:
         FileNotFoundError: see :func:`resolve_h5`.
         ValueError: the file lacks the train/test groups or they are malformed.
     """
-    from .loader import normalize_images
+    from .shared import cached
 
     path = resolve_h5(name_or_path)
+    st = os.stat(path)  # virtual ranks share one copy per file version
+    return cached(("image-dataset", os.path.realpath(path), st.st_mtime_ns, st.st_size, name_or_path),
+                  lambda: _read_image_dataset(name_or_path, path))
+
+
+def _read_image_dataset(name_or_path: str, path: Path) -> ImageDataset:
+    from .loader import normalize_images
+
     with open_h5(path) as f:
         for split in ("train", "test"):
             if split not in f or "images" not in f[split] or "labels" not in f[split]:

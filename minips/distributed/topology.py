@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,12 +46,16 @@ class Topology:
         directed: True when some edge goes one way only (push-sum graphs).
         period: 0 for a static graph; for a time-varying one, the number of
             distinct matrices it cycles through (:meth:`at` gives step t's).
+        layout: (P, 2) float64 positions that show the graph's shape, or None
+            (then a drawing puts the ranks on a circle): the torus's grid
+            (column, -row), the random geometric graph's points in the unit square.
     """
     name: str
     W: np.ndarray
     directed: bool = False
     period: int = 0
     _build: object = field(default=None, repr=False, compare=False)
+    layout: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def P(self) -> int:
@@ -147,7 +151,8 @@ def torus(P: int) -> Topology:
         for b in range(c):
             i = a * c + b
             edges += [(i, a * c + (b + 1) % c), (i, ((a + 1) % r) * c + b)]
-    return _undirected("torus", P, edges)
+    grid = np.array([(i % c, -(i // c)) for i in range(P)], float) if r > 1 else None  # r = 1: a ring
+    return replace(_undirected("torus", P, edges), layout=grid)
 
 
 def exponential(P: int) -> Topology:
@@ -171,8 +176,9 @@ def random_geometric(P: int, radius: float | None = None, seed: int = 0) -> Topo
         radius = min(1.5, 1.5 * math.sqrt(max(math.log(P), 1.0) / P))
     pts = np.random.default_rng(seed).random((P, 2))
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
-    return _undirected("random-geometric", P, [(i, j) for i in range(P) for j in range(i + 1, P)
-                                                if d[i, j] < radius])
+    top = _undirected("random-geometric", P, [(i, j) for i in range(P) for j in range(i + 1, P)
+                                               if d[i, j] < radius])
+    return replace(top, layout=pts)
 
 
 def directed_ring(P: int) -> Topology:

@@ -5,14 +5,16 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..autograd import CallbackList
 from ..tensor import Tensor
 
 __all__ = ["Parameter", "Module", "Sequential", "forward_callbacks"]
 
-#: Functions called with no arguments after every Module's forward; the
-#: distributed layer adds ``comm.progress`` here in "poll" progress mode.
+#: Functions called with no arguments after every Module's forward (in the
+#: thread that registered them: one list per virtual rank); the distributed
+#: layer adds ``comm.progress`` here in "poll" progress mode.
 #: (nn knows nothing about MPI: it only calls what was registered.)
-forward_callbacks: list = []
+forward_callbacks = CallbackList()
 
 
 class Parameter(Tensor):

@@ -146,4 +146,5 @@ def make_captioning_task(name: str = DATA_NAME) -> CaptioningTask:
     Raises:
         FileNotFoundError: the source images (fashion-mnist-mini) are missing.
     """
-    return CaptioningTask(load_dataset(), name)
+    from ..data.shared import cached
+    return CaptioningTask(cached(("captions", name), load_dataset), name)

@@ -39,9 +39,15 @@ class ClassificationTask:
             ValueError: a bad fraction (the message names ``--val-fraction``).
         """
         from ..data import VAL_SEED, holdout_indices
+        from ..data.shared import cached
         x, y = self.dataset.train_x, self.dataset.train_y
-        keep, val = holdout_indices(y, fraction, VAL_SEED if seed is None else seed)
-        self.train_arrays, self.val_arrays = (x[keep], y[keep]), (x[val], y[val])
+        seed = VAL_SEED if seed is None else seed
+
+        def split():
+            keep, val = holdout_indices(y, fraction, seed)
+            return (x[keep], y[keep]), (x[val], y[val])
+        # virtual ranks share the data set, and so its split (a copy of the images)
+        self.train_arrays, self.val_arrays = cached(("holdout", id(x), fraction, seed), split)
 
     @staticmethod
     def samples(batch) -> int:

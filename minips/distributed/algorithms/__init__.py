@@ -199,12 +199,13 @@ def example_spec() -> str:
 def describe_algorithms() -> list[dict]:
     """One dict per registered algorithm: name, family, whether ranks stay
     identical with the default options, its options (name, type, default,
-    unit, help), positional short form, the paper, and the first docstring line."""
+    unit, help), positional short form, the paper, and the summary: the first
+    paragraph of the class docstring, joined into one line."""
     rows = []
     for name, cls in ALGORITHMS.items():
         defaults = build_options(cls)
         rows.append({"name": name, "family": cls.family, "replicated": cls.keeps_replicas(defaults),
                      "options": option_rows(cls.Options), "extra_options": cls.extra_options(),
                      "positional": list(cls.POSITIONAL),
-                     "paper": cls.paper, "summary": (cls.__doc__ or "").strip().splitlines()[0]})
+                     "paper": cls.paper, "summary": " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())})
     return rows

@@ -2,7 +2,7 @@
 
 Lau, Li, Xu, Liu, Kolar, "Communication-Efficient Adaptive Batch Size
 Strategies for Distributed Local Gradient Methods", arXiv:2406.13936 (2024).
-The test follows ALGORITHMS.md section 19 (the norm test of Byrd, Chin,
+The test follows docs/specifications.md section 5 (the norm test of Byrd, Chin,
 Nocedal, Wu 2012, applied to the P local gradients at a synchronisation point).
 """
 from __future__ import annotations

@@ -147,7 +147,7 @@ class AdaptivePredictor(Predictor):
             setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _aesp_loop(G, w_now, w_then, G_prev, w_prev, Sgw, Sww, h, lam, rho, eps, h_max, F, c):
     # All constants float32: an int or float64 constant here would promote the
     # arithmetic to float64 and make the loop 4x slower (measured).

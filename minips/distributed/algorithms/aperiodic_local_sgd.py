@@ -1,7 +1,7 @@
 """Aperiodic local SGD: local SGD whose averaging times form a non-uniform set.
 
 A reconstruction: the paper "Aperiodic Local SGD: Beyond Local SGD" was not
-found (ALGORITHMS.md section 10). Its relatives allow arbitrary communication
+found (docs/specifications.md section 3). Its relatives allow arbitrary communication
 times: Cooperative SGD (Wang & Joshi, JMLR 2021), adaptive synchronization
 (Haddadpour et al., NeurIPS 2019), AdaComm (Wang & Joshi, SysML 2019). What is
 implemented is local SGD (:class:`.local_sgd.LocalSGD`'s local step and
@@ -63,7 +63,7 @@ def averaging_times(options, rounds: int = COST_ROUNDS) -> list[int]:
 class AperiodicLocalSGD(LocalSGD):
     """Local SGD averaging at a non-uniform set of steps (a reconstruction).
 
-    Pseudo-code (reconstruction of ALGORITHMS.md section 10; rank i, step t = 0, 1, ...)::
+    Pseudo-code (reconstruction of docs/specifications.md section 3; rank i, step t = 0, 1, ...)::
 
         g_i = gradient of rank i's mini-batch at w_i
         w_i = opt_i(w_i, g_i)                       # a local step, own momentum buffer
@@ -97,7 +97,8 @@ class AperiodicLocalSGD(LocalSGD):
     name = "aperiodic-local-sgd"
     family = "model averaging"
     paper = ("reconstruction: 'Aperiodic Local SGD: Beyond Local SGD' not found; local SGD with a non-uniform set "
-             "of averaging times as in Cooperative SGD (J. Wang, G. Joshi, JMLR 2021)")
+             "of averaging times as in Cooperative SGD (J. Wang, G. Joshi, JMLR 2021); "
+             "docs/specifications.md section 3")
     POSITIONAL = ()
 
     @dataclass

@@ -60,7 +60,8 @@ def validate_compressor(options) -> None:
     try:
         c = make_compressor(options.compressor, **compressor_kwargs(options))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
     problem = c.error_feedback_problem() if getattr(options, "error_feedback", False) else None
     if problem:
         raise ValueError(f"compressor={options.compressor} with error-feedback=true: {problem}")
@@ -79,7 +80,8 @@ def build_compressor(options, rank: int, d: int):
     try:
         c.compress(np.zeros(d, np.float32), 0)
     except ValueError as e:
-        raise ValueError(f"compressor={options.compressor}: {e}") from None
+        raise ValueError(f"compressor={options.compressor}: "
+                         f"{str(e).removeprefix(f'compressor {options.compressor}: ')}") from None
     return c
 
 

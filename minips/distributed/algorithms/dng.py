@@ -2,7 +2,7 @@
 gradient method D-NG.
 
 RECONSTRUCTION: no text of "An Accelerated Gossip-Based Distributed Gradient
-Method" was found (../shared/ALGORITHMS.md section 3). The rule implemented is
+Method" was found (docs/specifications.md section 12). The rule implemented is
 D-NG of Jakovetic, Xavier & Moura, "Fast Distributed Gradient Methods", IEEE
 Trans. Automatic Control 59(5), 2014 (random-network version: "Distributed
 Nesterov-like gradient methods for random networks", IEEE Trans. Signal
@@ -33,7 +33,7 @@ class DNG(GossipAlgorithm):
 
     Step sizes: ``rule=paper``: ``alpha_k = c / (k + 1)``, ``beta_k = k / (k + 3)``
     (the paper's; for convex L-smooth costs O(log k / k)). ``rule=constant``:
-    ``alpha_k = c``, ``beta_k = momentum`` (ALGORITHMS.md's engineering choice
+    ``alpha_k = c``, ``beta_k = momentum`` (our engineering choice
     for deep nets: Nesterov-momentum gossip, not the paper). ``c`` = 0 (default)
     uses the step's learning rate (``--lr`` with its schedule) as c.
 
@@ -60,7 +60,7 @@ class DNG(GossipAlgorithm):
     name = "dng"
     paper = ("RECONSTRUCTION of 'An Accelerated Gossip-Based Distributed Gradient Method' (not found) as D-NG: "
              "D. Jakovetic, J. Xavier, J. M. F. Moura, Fast Distributed Gradient Methods, IEEE Trans. Automatic "
-             "Control 59(5), 2014")
+             "Control 59(5), 2014; docs/specifications.md section 12")
 
     @dataclass
     class Options(GossipOptions):

@@ -3,7 +3,7 @@ random peer, applied at both ends of every pair.
 
 Paper: S. Pramod, "Elastic Gossip: Distributing Neural Network Training Using
 Gossip-like Protocols", MSc thesis, arXiv:1812.02407, 2018. The rule follows
-ALGORITHMS.md section 7, read there from the author's code
+docs/specifications.md section 9, read there from the author's code
 (github.com/sidps/dist_training: ``src/common/pairwise.py``, ``elastic_gossip.py``).
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def elastic_partners(choices, rank: int) -> list[int]:
 class ElasticGossip(GossipMethod):
     """Elastic Gossip: pairwise elastic averaging with probability p and moving rate alpha.
 
-    Pseudo-code (ALGORITHMS.md section 7, the author's code; rank i, step t)::
+    Pseudo-code (docs/specifications.md section 9, the author's code; rank i, step t)::
 
         S_i = {}
         if t mod tau == 0:

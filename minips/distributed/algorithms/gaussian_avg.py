@@ -1,6 +1,6 @@
 """Gaussian averaging (reconstruction): the paper "Efficient Distributed
 Stochastic Gradient Descent Through Gaussian Averaging" could not be found,
-so its rule is unknown (ALGORITHMS.md section 5). Two of the section's
+so its rule is unknown (docs/specifications.md section 16). Two of the section's
 readings, selectable with ``reading=``; neither is "the paper's method".
 
 ``reading=projection`` (default; reading B): synchronous SGD on a Gaussian
@@ -46,12 +46,15 @@ __all__ = ["GaussianAveraging"]
 
 
 class GaussianAveraging(Algorithm):
-    """Gaussian averaging (reconstruction, ALGORITHMS.md 5): random-projection SGD or kernel-weighted averaging."""
+    """Gaussian averaging (reconstruction): random-projection SGD or kernel-weighted averaging.
+
+    docs/specifications.md section 16 says what was chosen and why.
+    """
 
     name = "gaussian-avg"
     family = "compression"
     paper = ("Efficient Distributed Stochastic Gradient Descent Through Gaussian Averaging (paper not found; "
-             "reconstruction of ALGORITHMS.md section 5, reading B or A)")
+             "reconstruction of docs/specifications.md section 16, reading B or A)")
     POSITIONAL = ("reading",)
 
     @dataclass

@@ -3,7 +3,7 @@
 Chen, Yuan, Zhang, Pan, Xu & Yin, "Accelerating Gossip SGD with Periodic
 Global Averaging", ICML 2021 (arXiv:2105.09080), the adaptive variant. The
 paper's adaptation formula could not be retrieved: the rule below is a
-RECONSTRUCTION (ALGORITHMS.md section 1's stand-in).
+RECONSTRUCTION (our stand-in, docs/specifications.md section 6).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class GossipAGA(GossipPGA):
     as one extra float, so the adaptation costs no extra message. The period
     starts at H0 (the paper's ImageNet run: 4) and grows as the loss falls
     (the paper reports about 9% global steps over that run; ``report()``
-    gives this run's fraction). This formula is ALGORITHMS.md's stand-in for
+    gives this run's fraction). This formula is our stand-in for
     the paper's, which was not retrievable: a reconstruction.
 
     Options (spec ``gossip-aga:h0=4:h-max=32:power=0.5``): h0 (initial and
@@ -50,7 +50,8 @@ class GossipAGA(GossipPGA):
     """
 
     name = "gossip-aga"
-    paper = _PGA_PAPER + "; adaptive period: reconstruction (the paper's formula was not retrievable)"
+    paper = _PGA_PAPER + ("; adaptive period: reconstruction (the paper's formula was not retrievable), "
+                         "docs/specifications.md section 6")
     POSITIONAL = ("h0",)
 
     @dataclass

@@ -5,7 +5,7 @@ gradient has reached every other rank indirectly.
 Paper: J. Daily, A. Vishnu, C. Siegel, T. Warfel, V. Amatya, "GossipGraD:
 Scalable Deep Learning using Gossip Communication based Asynchronous Gradient
 Descent", arXiv:1803.05880 (PNNL, 2018). The exchange rule follows
-ALGORITHMS.md section 2 (confirmed there against the torchdistx
+docs/specifications.md section 8 (confirmed there against the torchdistx
 re-implementation, ``torchdistx/gossip_grad.py``).
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def gossipgrad_partners(t: int, P: int, seed: int, pattern: str = "dissemination
 class GossipGraD(GossipMethod):
     """GossipGraD: the gradient averaged with one rotating partner per step.
 
-    Pseudo-code (ALGORITHMS.md section 2; rank i, step t = 0, 1, ...)::
+    Pseudo-code (docs/specifications.md section 8; rank i, step t = 0, 1, ...)::
 
         L = ceil(log2 P)
         if t mod L == 0: perm = random permutation of the ranks (seed, t // L)   # same on all ranks

@@ -42,7 +42,7 @@ class GradientTracking(GossipAlgorithm):
     (:meth:`apply_update`): with ``--momentum 0`` it is the papers' rule; with
     momentum (the Trainer's default 0.9, Nesterov) it is heavy-ball/Nesterov on
     the tracked direction, each rank with its own buffer, as
-    ../shared/ALGORITHMS.md section 4 allows ("momentum only on the tracked
+    docs/specifications.md section 11 allows ("momentum only on the tracked
     direction y"): an engineering extension the papers do not analyse. Weight
     decay is added to y by the optimizer and is not tracked.
 

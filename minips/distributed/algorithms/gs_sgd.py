@@ -4,8 +4,8 @@ L. Dai, B. Diao, C. Li, Y. Xu, "A Distributed SGD Algorithm with Global
 Sketching for Deep Learning Training Acceleration", arXiv:2108.06004. Only the
 abstract was read (gradients stored in a Count-Sketch, the sketch of the
 global gradient formed across workers since sketches sum, communication
-O(log d log P)); the rule below is the reconstruction of ALGORITHMS.md
-section 15: Sketched-SGD (Ivkin et al., NeurIPS 2019) made fully collective.
+O(log d log P)); the rule below is the reconstruction of
+docs/specifications.md section 15: Sketched-SGD (Ivkin et al., NeurIPS 2019) made fully collective.
 Rank i, step t (hashes from a seed shared by all ranks)::
 
     e_i += g_i                                  # error feedback (gradient units)
@@ -47,7 +47,7 @@ class GlobalSketchSGD(Algorithm):
     name = "gs-sgd"
     family = "compression"
     paper = ("L. Dai, B. Diao, C. Li, Y. Xu, A Distributed SGD Algorithm with Global Sketching for Deep Learning "
-             "Training Acceleration, arXiv:2108.06004 (rule: reconstruction, ALGORITHMS.md section 15)")
+             "Training Acceleration, arXiv:2108.06004 (rule: reconstruction, docs/specifications.md section 15)")
     per_rank_state = True  # each rank's error e_i
 
     @dataclass

@@ -1,8 +1,8 @@
 """GT-PGA: gradient tracking with periodic global averaging.
 
 Feng et al., "Accelerating Gradient Tracking with Periodic Global Averaging",
-arXiv:2403.11293, 2024. Only the abstract was read (../shared/ALGORITHMS.md
-section 4): the rule is standard gradient tracking (:mod:`.gradient_tracking`)
+arXiv:2403.11293, 2024. Only the abstract was read (docs/specifications.md
+section 11): the rule is standard gradient tracking (:mod:`.gradient_tracking`)
 with Gossip-PGA's switch (Chen, Yuan et al., ICML 2021): every H-th step the
 gossip step of both variables is replaced by the exact global average.
 """
@@ -37,7 +37,8 @@ class GTPGA(GradientTracking):
 
     name = "gt-pga"
     paper = ("Feng et al., Accelerating Gradient Tracking with Periodic Global Averaging, arXiv:2403.11293, 2024 "
-             "(abstract only; rule = DIGing gradient tracking + Gossip-PGA's periodic global average)")
+             "(abstract only; rule = DIGing gradient tracking + Gossip-PGA's periodic global average; "
+             "docs/specifications.md section 11)")
     POSITIONAL = ("period",)
 
     @dataclass

@@ -3,7 +3,7 @@
 RECONSTRUCTION (low confidence): R. Han, S. Li, X. Wang, C. H. Liu, G. Xin,
 L. Y. Chen, "Accelerating Gossip-Based Deep Learning in Heterogeneous Edge
 Computing Platforms", IEEE TPDS 32(7):1591-1602, 2021. Only the abstract was
-read (../shared/ALGORITHMS.md section 14); the batch split by speed, the
+read (docs/specifications.md section 13); the batch split by speed, the
 sample-weighted pairwise average and the speed-weighted partner schedule below
 are this project's reading of it, not the paper's text.
 """
@@ -65,7 +65,7 @@ class HeteroGossip(GossipAlgorithm):
     build time, when :meth:`batch_size` is read), not from a calibration: the
     Trainer reads the batch size once, before any step is timed. A real
     deployment would time a few steps and Allgather the P throughputs
-    (ALGORITHMS.md section 14); that part is not implemented.
+    (docs/specifications.md section 13); that part is not implemented.
 
     Emulated heterogeneity (``slowdown=RANK*FACTOR[+RANK*FACTOR...]``, 'x' may
     replace '*'; ':' and '=' belong to the spec grammar): rank RANK sleeps
@@ -88,7 +88,8 @@ class HeteroGossip(GossipAlgorithm):
 
     name = "hetero-gossip"
     paper = ("RECONSTRUCTION (abstract only) of R. Han, S. Li, X. Wang, C. H. Liu, G. Xin, L. Y. Chen, Accelerating "
-             "Gossip-Based Deep Learning in Heterogeneous Edge Computing Platforms, IEEE TPDS 32(7):1591-1602, 2021")
+             "Gossip-Based Deep Learning in Heterogeneous Edge Computing Platforms, IEEE TPDS 32(7):1591-1602, 2021; "
+             "docs/specifications.md section 13")
 
     @dataclass
     class Options(GossipOptions):

@@ -64,22 +64,42 @@ class LocalPredictor(Predictor):
         pipeline fill, t < k:   d^i_t = g^i_t
         t >= k:                 d^i_t = G_{t-k} + (g^i_t - g^i_{t-k})
 
+    With ``sync_warmup = W > 0`` (issue 31) the first W steps are synchronous:
+    pseudo-sync waits for the average of g_t and applies ``d_t = G_t`` (the
+    ranks stay identical), and the rule above starts at step W with its fill
+    (``d_W = g^i_W``, then ``G_W + (g^i_{W+1} - g^i_W)``, ...), so every
+    average is still applied once. Why: early in training, while gradients
+    are large, the ranks' drift changes the averaged gradient by more than
+    sync's own batch noise (docs/accuracy.md, section 8); a synchronous start
+    removes that phase, at the price of W steps whose allreduce is not
+    hidden. The same idea as post-local SGD's synchronous warm-up (Lin,
+    Stich, Patel & Jaggi, ICLR 2020), applied here to pseudo-sync.
+
     State: the last k + 1 local gradients (a ring of float32 (k+1, n); slot
     ``t mod (k+1)`` holds g^i_t). Ranks hold different weights (pseudo-sync
     reports ``replicated = False``).
 
     Args:
         staleness: k >= 1.
+        sync_warmup: W >= 0 synchronous steps first (default 0: none).
+
+    Raises:
+        ValueError: sync_warmup < 0.
     """
 
     name = "local"
+    OPTIONS = ("sync_warmup",)
     uses_local_gradient = True
 
     #: subtract g_{t-k} with the weight it was added with (adaptive-local's option)
     telescope = True
 
-    def __init__(self, staleness: int = 1):
+    def __init__(self, staleness: int = 1, sync_warmup: int = 0):
         super().__init__(staleness)
+        if sync_warmup < 0:
+            raise ValueError(f"local: sync_warmup must be >= 0 (synchronous steps first; 0 = none), "
+                             f"got {sync_warmup}")
+        self.sync_warmup = int(sync_warmup)
         self.lam = 1.0
         self.t = 0          # local gradients observed (the next one is g_t)
         self.ring = None    # float32 (k+1, n): g^i_{t-k} .. g^i_t
@@ -118,6 +138,20 @@ class LocalPredictor(Predictor):
         self.t = int(state["t"])
         self.ring = None if state["ring"] is None else np.array(state["ring"], np.float32)
         self.added = np.array(state["added"], np.float64)
+
+
+def post_ready_sums(predictor) -> np.ndarray:
+    """The float32 ``(extra_floats,)`` tail a regression-based local predictor
+    appends to the gradient it allreduces: its sums waiting in ``ready`` (then
+    cleared), or zeros when none are waiting. ``posted`` records which, per
+    buffer in flight, so that ``receive`` knows, on every rank alike, whether
+    the pooled tail holds sums."""
+    out = np.zeros(predictor.extra_floats, np.float32)
+    predictor.posted.append(predictor.ready is not None)
+    if predictor.ready is not None:
+        out[:] = predictor.ready
+        predictor.ready = None
+    return out
 
 
 class AdaptiveLocalPredictor(LocalPredictor):
@@ -215,12 +249,7 @@ class AdaptiveLocalPredictor(LocalPredictor):
         return d
 
     def payload(self):
-        out = np.zeros(2, np.float32)
-        self.posted.append(self.ready is not None)
-        if self.ready is not None:
-            out[:] = self.ready
-            self.ready = None
-        return out
+        return post_ready_sums(self)
 
     def receive(self, pooled):
         if self.posted.popleft():        # the same on every rank: the steps decide, not the data
@@ -249,7 +278,7 @@ class AdaptiveLocalPredictor(LocalPredictor):
         self.posted = deque(bool(x) for x in state["posted"])
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def _adaptive_local_loop(G, g_new, g_old, c_old, lam_new, lam_old, d):
     """``adaptive-local``'s direction and regression sums in one pass over the
     float32 (n,) vectors; ``c_old`` (c_{t-k} on entry) is overwritten with c_t::

@@ -5,9 +5,9 @@ P. Jiang, G. Agrawal, "A Linear Speedup Analysis of Distributed Deep Learning
 with Sparse and Quantized Communication", NeurIPS 2018. Read: the abstract
 and a garbled algorithm listing that confirms PQASGD's loop (local update;
 every p iterations compute, quantize, average, update); the quantizer's exact
-form is not confirmed (ALGORITHMS.md section 9): here any compressor of
+form is not confirmed (docs/specifications.md section 17): here any compressor of
 :mod:`minips.distributed.compression`, by default the unbiased QSGD quantizer
-at b = 2 bits (s = 1), the paper's headline setting as ALGORITHMS.md records it.
+at b = 2 bits (s = 1), the paper's headline setting as docs/specifications.md section 17 recalls it.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class PQASGD(Algorithm):
     family = "compression"
     gradient_allreduce_per_step = False
     paper = ("P. Jiang, G. Agrawal, A Linear Speedup Analysis of Distributed Deep Learning with Sparse and Quantized "
-             "Communication, NeurIPS 2018 (quantizer: reconstruction, ALGORITHMS.md section 9)")
+             "Communication, NeurIPS 2018 (quantizer: reconstruction, docs/specifications.md section 17)")
     POSITIONAL = ("period",)
 
     @dataclass

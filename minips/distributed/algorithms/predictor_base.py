@@ -23,7 +23,7 @@ from numba import njit
 __all__ = ["Predictor", "arrival_sums"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums(G, G_naive, F):
     fg = ff = gg = err = naive = 0.0                      # float64 accumulators
     for i in range(G.size):
@@ -36,7 +36,7 @@ def _forecast_sums(G, G_naive, F):
     return fg, ff, gg, err, naive
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forecast_sums_with_correction(G, G_naive, F, c):
     fg = ff = gg = err = naive = ac = cc = 0.0
     for i in range(G.size):
@@ -116,6 +116,10 @@ class Predictor:
     #: floats this predictor appends to every Iallreduce buffer (averaged over
     #: ranks with the gradient): :meth:`payload` fills them, :meth:`receive` reads them.
     extra_floats = 0
+    #: floats per parameter tensor appended on top of ``extra_floats`` (a rule
+    #: with one number per tensor, ``layerwise-local``: :meth:`set_layout`
+    #: then sets the instance's ``extra_floats`` to the total)
+    payload_per_tensor = 0
 
     def code(self) -> str:
         """Where the rule that runs is written, e.g.
@@ -192,6 +196,10 @@ class Predictor:
         """The direction of a pipeline-fill step (t < k, nothing arrived yet);
         None: no update (the replicated predictors)."""
         return None
+
+    def set_layout(self, bounds: list) -> None:
+        """The parameter tensors' ``(start, stop)`` in the flat buffer, given
+        once before the first step (for rules with one number per tensor)."""
 
     def payload(self) -> np.ndarray | None:
         """float32 (extra_floats,) to append to the buffer posted now."""

@@ -34,6 +34,12 @@ simulation (:mod:`minips.distributed.staleness_lab`).
   :class:`~.local_predictors.AdaptiveLocalPredictor` (``adaptive-local``): the
   arrived average plus this rank's own gradient change (module
   :mod:`.local_predictors`); ranks then hold slightly different weights.
+- :class:`~.local_rewind.LocalRewindPredictor` (``local-rewind``, module
+  :mod:`.local_rewind`): ``local`` whose swap of the rank's own old gradient
+  for the average is made exactly in the momentum buffer and the weights
+  (issue 31); :class:`~.local_layerwise.LayerwiseLocalPredictor`
+  (``layerwise-local``, module :mod:`.local_layerwise`): ``adaptive-local``
+  with one pooled confidence per parameter tensor (issue 31).
 """
 from __future__ import annotations
 
@@ -41,10 +47,13 @@ import numpy as np
 
 from .aesp import AdaptivePredictor
 from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
+from .local_layerwise import LayerwiseLocalPredictor
+from .local_rewind import LocalRewindPredictor
 from .predictor_base import Predictor
 
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
-           "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "PREDICTORS", "make_predictor"]
+           "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "LocalRewindPredictor",
+           "LayerwiseLocalPredictor", "PREDICTORS", "make_predictor"]
 
 
 class LastPredictor(Predictor):
@@ -149,7 +158,8 @@ class LookaheadPredictor(Predictor):
 
 
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
-                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor)}
+                                        AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor,
+                                        LocalRewindPredictor, LayerwiseLocalPredictor)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:

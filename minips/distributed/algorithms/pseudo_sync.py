@@ -75,7 +75,8 @@ class PseudoSyncSGD(Algorithm):
     positionally ``pseudo-sync:adaptive:2``):
         staleness: k >= 1 (default 1).
         predictor: ``local`` (default) or ``adaptive-local``
-            (:mod:`.local_predictors`); ``adaptive`` (AESP, :mod:`.aesp`);
+            (:mod:`.local_predictors`); ``local-rewind`` (:mod:`.local_rewind`),
+            ``layerwise-local`` (:mod:`.local_layerwise`); ``adaptive`` (AESP, :mod:`.aesp`);
             ``last``, ``ema``, ``holt``, ``lookahead``
             (:mod:`.predictors`); ``spike``, ``dc-asgd``, ``gap-aware``
             (:mod:`.delay_compensation`).
@@ -89,7 +90,8 @@ class PseudoSyncSGD(Algorithm):
     name = "pseudo-sync"
     family = "stale gradient averaging"
     paper = ("Wen, Qiu, Zhang, Huang, Xiao & Lin, Accelerating Massively Distributed Deep Learning Through "
-             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024)")
+             "Efficient Pseudo-Synchronous Update Method, Int. J. Parallel Programming (2024); the update and the "
+             "adaptive predictor (AESP) are our formulation (reconstruction), docs/specifications.md section 2")
     POSITIONAL = ("predictor", "staleness")
     #: the paper's measured weak-scaling efficiency (where, {nodes: E(P)})
     reported_efficiency = ("Tianhe-II", {64: 0.934, 128: 0.905})
@@ -160,12 +162,18 @@ class PseudoSyncSGD(Algorithm):
     def num_grad_buffers(self) -> int:
         return self.options.staleness + 1
 
+    def __init__(self, params, optimizer, comm, options=None, **kw):
+        self._tensors = len(params := list(params))  # a per-tensor payload is sized before setup()
+        super().__init__(params, optimizer, comm, options, **kw)
+
     def grad_extra(self) -> int:
-        return PREDICTORS[self.options.predictor].extra_floats  # e.g. adaptive-local's regression sums
+        cls = PREDICTORS[self.options.predictor]  # e.g. adaptive-local's two regression sums
+        return cls.extra_floats + cls.payload_per_tensor * self._tensors
 
     def setup(self) -> None:
         o = self.options
         self.predictor = make_predictor(o.predictor, o.staleness, **o.predictor_options)
+        self.predictor.set_layout([(a, a + p.size) for a, p in zip(self.flat.offsets, self.flat.params)])
         self.k = o.staleness
         self.pipeline: deque[_Pending] = deque()
         self.free = deque(range(1, self.k + 1))  # buffer 0 is current
@@ -215,6 +223,13 @@ class PseudoSyncSGD(Algorithm):
         if p.uses_local_gradient:  # keep g_t before the allreduce overwrites it with the sum
             with self.timer.phase("predict"):
                 p.observe_local(self.flat.grads[self.flat.current][:n])
+        if self.step_count < getattr(p, "sync_warmup", 0):  # local's synchronous start: d_t = G_t, now
+            self._post_fresh_gradient()
+            G, _ = self._complete_oldest()
+            self.apply_update(G[:n])
+            self.log = {}
+            self.end_step()
+            return
         self._post_fresh_gradient()
         self.log = {}
         d = None

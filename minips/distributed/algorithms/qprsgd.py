@@ -7,7 +7,7 @@ of Quantized Parallel Restarted SGD for Central Server Free Distributed
 Training", arXiv:2004.09125 (2020). Read: the abstract only (several local SGD
 steps between synchronizations, quantization, two server-free modes: ring
 all-reduce and gossip; error bounds that depend on the mode and the
-topology). The rules below are ALGORITHMS.md section 18's reconstruction,
+topology). The rules below are docs/specifications.md section 19's reconstruction,
 with the gossip mode written with public copies (CHOCO-SGD's device) so
 that every holder of a rank's copy applies the same quantized messages.
 """
@@ -75,7 +75,7 @@ class QPRSGD(PQASGD):
     name = "qprsgd"
     paper = ("F. Wu, S. He, Y. Yang, H. Wang, Z. Qu, S. Guo, W. Zhuang, On the Convergence of Quantized Parallel "
              "Restarted SGD for Central Server Free Distributed Training, arXiv:2004.09125 (2020); "
-             "reconstruction, see ALGORITHMS.md section 18")
+             "reconstruction, see docs/specifications.md section 19")
     POSITIONAL = ("period",)
 
     @dataclass

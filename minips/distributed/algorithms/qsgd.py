@@ -2,7 +2,7 @@
 
 D. Alistarh, D. Grubic, J. Li, R. Tomioka, M. Vojnovic, "QSGD:
 Communication-Efficient SGD via Gradient Quantization and Encoding",
-NeurIPS 2017 (arXiv:1610.02132; ALGORITHMS.md B3). Every step (rank i)::
+NeurIPS 2017 (arXiv:1610.02132; docs/specifications.md section 14). Every step (rank i)::
 
     q_i = Q_s(g_i)                        # per bucket: norm + signed levels 0..s,
                                           #   stochastic rounding: E[Q_s(g)] = g

@@ -5,7 +5,7 @@ Papers: M. Assran, N. Loizou, N. Ballas, M. Rabbat, "Stochastic Gradient Push
 for Distributed Deep Learning", ICML 2019 (arXiv:1811.10792; code
 github.com/facebookresearch/stochastic_gradient_push); push-sum from
 D. Kempe, A. Dobra, J. Gehrke, "Gossip-Based Computation of Aggregate
-Information", FOCS 2003. ALGORITHMS.md section 17 uses this pair as the
+Information", FOCS 2003. docs/specifications.md section 10 uses this pair as the
 reconstruction of "Gossip-Based Averaging, Estimation and Optimization"
 (paper not found); SGP itself is implemented from its Algorithm 1.
 """

@@ -9,7 +9,7 @@ abstracts could be read: what is certain is a synchronous warm-up stage, a
 steps-delay stage in which the global (synchronous) update happens only every
 k iterations while the workers keep updating their local weights, and "GLU",
 global gradient for local update, which drives those local updates with
-global gradient information. The rule below is ALGORITHMS.md section 12
+global gradient information. The rule below is docs/specifications.md section 18
 adapted to an allreduce engine (the paper uses a parameter server); the exact
 local-update rule of the paper is unknown.
 """
@@ -77,7 +77,7 @@ class SSDSGD(Algorithm):
     gradient_allreduce_per_step = False  # one allreduce every k steps
     per_rank_state = True                 # acc_i differs between ranks (the weights do not)
     paper = ("Y. Xu, D. Dong, Y. Zhao, W. Xu, X. Liao, SSD-SGD: Communication Sparsification for Distributed Deep "
-             "Learning Training, arXiv:2012.05396 (2020); reconstruction, see ALGORITHMS.md section 12")
+             "Learning Training, arXiv:2012.05396 (2020); reconstruction, see docs/specifications.md section 18")
     POSITIONAL = ("period",)
 
     @dataclass

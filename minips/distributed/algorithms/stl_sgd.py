@@ -2,7 +2,7 @@
 
 Shen, Cheng, Liu, Xu, "STL-SGD: Speeding Up Local SGD with Stagewise
 Communication Period", AAAI 2021 (35(11):9576-9584), arXiv:2006.06377.
-The stage rules follow ALGORITHMS.md section 13 (the abstract and the stage
+The stage rules follow docs/specifications.md section 4 (the abstract and the stage
 rules as recalled from the paper; its full pseudo-code was not re-read).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 sparsified gradient and keeps what it dropped for the next step.
 
 S. U. Stich, J.-B. Cordonnier, M. Jaggi, "Sparsified SGD with Memory",
-NeurIPS 2018 (arXiv:1809.07599; ALGORITHMS.md B4). Their Algorithm 1, with P
+NeurIPS 2018 (arXiv:1809.07599; docs/specifications.md section 14). Their Algorithm 1, with P
 workers exchanging the compressed vectors (rank i, step t)::
 
     v_i = m_i + g_i                   # memory plus the new gradient

@@ -96,8 +96,16 @@ def make_compressor(spec: str, **options) -> Compressor:
         default = valid[k]
         if k in ("k", "cols", "s", "bucket", "rows", "block", "seed") and not (isinstance(v, int) and
                                                                                not isinstance(v, bool)):
-            raise ValueError(f"compressor {name}: option {k} must be an integer, got {v!r}"
-                             + ("; for a fraction use ratio=" if k == "k" else ""))
-        if isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
+            raise ValueError(f"compressor {name}: option {k} must be an integer, got "
+                             + (f"no value ({k}=)" if v == "" else repr(v))
+                             + ("; for a fraction use ratio=" if k == "k" else f"; write e.g. {k}={default or 1}"))
+        is_number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if isinstance(default, float) and not is_number:  # e.g. ratio=abc, or ratio= with no value
+            raise ValueError(f"compressor {name}: option {k} must be a number, got "
+                             + (f"no value ({k}=)" if v == "" else repr(v)) + f"; write e.g. {k}={default}")
+        if isinstance(default, bool) and not isinstance(v, bool):
+            raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
+                             f"{k}={str(default).lower()}")
+        if isinstance(default, float) and isinstance(v, int):
             opts[k] = float(v)
     return COMPRESSORS[name](**opts)

@@ -1,5 +1,5 @@
 """Gaussian random projection with a seed shared by all ranks
-(reconstruction of reading B of ALGORITHMS.md section 5; the sketch of
+(reconstruction of reading B of docs/specifications.md section 16; the sketch of
 Johnson & Lindenstrauss / Achlioptas): ``y = R v`` with ``R`` of i.i.d.
 N(0, 1) entries, decoded as ``R^T y / m``. Since ``E[R^T R] = m I`` the
 decoded vector is unbiased; its variance grows like ``d/m``. Linear in v,

@@ -1,6 +1,12 @@
-"""The communication layer: the only module of minips that imports mpi4py.
+"""The communication layer's interface, :class:`Comm`, shared by its two back-ends.
 
-:class:`Comm` wraps a world communicator with what the algorithms need:
+:class:`Comm` wraps a world communicator with what the algorithms need. The
+communicator is an ``mpi4py`` one (:mod:`.mpi`, the only module that imports
+mpi4py: ranks are processes started by ``mpiexec``) or a
+:class:`~minips.distributed.comm.virtual.VirtualComm` (:mod:`.virtual`: ranks
+are threads of one process) that answers the same mpi4py calls. Everything
+below (checks, byte accounting, buffer locking, network emulation, progress)
+is this module's, so both back-ends behave alike by construction:
 
 - ``rank``, ``size``, and ``local_rank``/``local_size`` (ranks on this node,
   from ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``) to size thread pools;
@@ -25,6 +31,8 @@
 A job started without ``mpiexec`` (no PMI/PMIx/Open MPI variables in the
 environment) or without mpi4py installed gets a one-rank communicator with the
 same interface, so a student can run everything before meeting MPI.
+With ``--virtual-ranks P`` (:func:`minips.distributed.comm.virtual.run`) the
+same code runs as P threads, each with its own Comm.
 
 While a request is pending, the arrays it reads and writes are made read-only
 (``ndarray.flags.writeable = False``): code that writes a gradient in flight
@@ -39,80 +47,37 @@ post time + that time, and the waiting rank sleeps (does not spin), as with an
 offloading NIC. Scalar reductions are not charged: they carry metrics and
 timings, which an emulated delay would distort. Requests share the emulated link one after another (a request
 posted while another is on the wire starts when it finishes). Results produced
-this way are labelled *emulated*.
+this way are labelled *emulated*. Under virtual ranks nothing sleeps (their
+measured times are not cluster times anyway): the network only names the
+model that projected step times use (:attr:`Comm.delays` is False).
 """
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
-from . import costmodel
-from .costmodel import NetworkModel, parse_network
+from .. import costmodel
+from ..costmodel import NetworkModel, parse_network
+from . import mpi as mpi_backend
 
-__all__ = ["PROGRESS_MODES", "Comm", "NeighborGraph", "Request", "get_comm", "launched_by_mpi", "run_or_abort"]
+__all__ = ["PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request"]
 
 PROGRESS_MODES = ("none", "poll", "thread")
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
-                  "HYDRA_CONTROL_FD")
 _P2P_TAG = 0x6D70  # the tag of sendrecv/iexchange messages; MPI keeps them in order per (peer, tag)
 
 
-#: Seconds a rank may spend in MPI_Init and the first node query before it gives
-#: up (``MINIPS_MPI_INIT_TIMEOUT``; 0 = wait for ever). See :func:`_init_mpi_within_timeout`.
-MPI_INIT_TIMEOUT_S = 300.0
+class JobAborted(BaseException):
+    """Raised in a rank whose job another rank has aborted (:meth:`Comm.abort`).
 
-
-def _init_mpi_within_timeout():
-    """``from mpi4py import MPI`` (which runs MPI_Init) and the first collective,
-    ended by the process itself if they do not return within
-    ``MINIPS_MPI_INIT_TIMEOUT`` seconds (default :data:`MPI_INIT_TIMEOUT_S`).
-
-    Why: when one rank dies before it reaches MPI_Init (Ctrl-C or ``sys.exit``
-    during the interpreter's start-up), mpiexec does not end the others, which
-    wait in MPI_Init for it for ever. No Python code can run while MPI_Init
-    blocks, so the timer is :func:`faulthandler.dump_traceback_later`, a C
-    thread: it prints "Timeout" and the stack (ending in this function) to
-    stderr and exits with status 1.
-
-    Returns:
-        the ``mpi4py.MPI`` module, initialised.
-    Raises:
-        ValueError: ``MINIPS_MPI_INIT_TIMEOUT`` is not a number.
-    """
-    import faulthandler
-
-    raw = os.environ.get("MINIPS_MPI_INIT_TIMEOUT", "")
-    try:
-        timeout = float(raw) if raw else MPI_INIT_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"MINIPS_MPI_INIT_TIMEOUT={raw!r} is not a number of seconds (0 = no limit)") from None
-    if timeout > 0:
-        sys.stderr.flush()
-        faulthandler.dump_traceback_later(timeout, exit=True)
-    try:
-        from mpi4py import MPI  # MPI_Init: blocks until every rank of the job has started
-        MPI.COMM_WORLD.Barrier()  # and has got this far
-    finally:
-        if timeout > 0:
-            faulthandler.cancel_dump_traceback_later()
-    return MPI
-
-
-def launched_by_mpi() -> bool:
-    """True when a process manager (mpiexec, srun with PMI/PMIx) started us,
-    or when ``MINIPS_MPI=1`` asks for MPI explicitly."""
-    if os.environ.get("MINIPS_MPI") == "1":
-        return True
-    if os.environ.get("MINIPS_MPI") == "0":
-        return False
-    if any(v in os.environ for v in _LAUNCHER_VARS):
-        return True
-    return int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ
+    Only virtual ranks see it (:mod:`.virtual`): under ``mpiexec``,
+    ``MPI_Abort`` ends every process at once. It derives from BaseException,
+    as SystemExit does, so that no ``except Exception`` in the code a rank
+    runs can swallow it; the rank then ends without a message of its own (the
+    rank that aborted printed why)."""
 
 
 class Request:
@@ -182,7 +147,9 @@ class Request:
         t0 = time.perf_counter()
         if not self._mpi_done:
             if self._event is not None:
-                self._event.wait()
+                with self.comm._idle():  # a virtual rank frees its compute slot meanwhile
+                    self._event.wait()
+                self.comm._check_aborted()
             else:
                 self.comm.MPI.Request.Waitall(self._reqs)
             self._mpi_done = True
@@ -211,8 +178,11 @@ class _ProgressThread:
             if item is None:
                 return
             reqs, event = item
-            for r in reqs:  # all of them complete before the event is set
-                r.Wait()
+            try:
+                for r in reqs:  # all of them complete before the event is set
+                    r.Wait()
+            except JobAborted:  # virtual ranks: the job ended; its waiters see that themselves
+                pass
             event.set()
 
     def submit(self, mpi_reqs):
@@ -325,16 +295,11 @@ class Comm:
         if progress not in PROGRESS_MODES:
             raise ValueError(f"unknown progress mode {progress!r}; choose one of {', '.join(PROGRESS_MODES)}")
         self.MPI = None
-        if mpi_comm is None and launched_by_mpi():
-            try:
-                MPI = _init_mpi_within_timeout()
-            except ImportError:
-                raise RuntimeError("launched by mpiexec but mpi4py is not installed: "
-                                   "pip install -e '.[mpi]'") from None
-            mpi_comm = MPI.COMM_WORLD
+        if mpi_comm is None and mpi_backend.launched_by_mpi():
+            mpi_comm = mpi_backend.world()
         if mpi_comm is not None:
-            from mpi4py import MPI
-            self.MPI = MPI
+            # a virtual communicator carries its own stand-in of the mpi4py.MPI module
+            self.MPI = getattr(mpi_comm, "MPI", None) or mpi_backend.module()
         self.mpi = mpi_comm
         self.rank = mpi_comm.Get_rank() if mpi_comm is not None else 0
         self.size = mpi_comm.Get_size() if mpi_comm is not None else 1
@@ -345,6 +310,13 @@ class Comm:
         else:
             self.local_rank, self.local_size = 0, 1
         self.network: NetworkModel | None = parse_network(network) if network else None
+        #: True when the ranks are threads of this process (:mod:`.virtual`)
+        self.virtual = bool(getattr(self.MPI, "VIRTUAL", False))
+        #: whether network emulation sleeps (False under virtual ranks: the network is only modelled)
+        self.delays = not self.virtual
+        #: virtual ranks: where a rank registers its signal handlers (the process's
+        #: main thread receives the signals and relays them); None under MPI
+        self.signals = getattr(mpi_comm, "signals", None)
         self.progress_mode = progress
         self._pending: set[Request] = set()
         self._link_free = 0.0  # emulated network: when the wire is free again
@@ -382,11 +354,15 @@ class Comm:
         return sum(v for k, v in self.stats.items() if k.endswith("_sent"))
 
     def describe(self) -> str:
-        """One line: ranks, nodes' ranks, MPI library, network (real or emulated)."""
+        """One line: ranks, nodes' ranks, MPI library (or VIRTUAL ranks), network
+        (real, emulated, or under virtual ranks modelled only)."""
         lib = "no MPI (one process)"
         if self.MPI is not None:
             lib = " ".join(self.MPI.Get_library_version().splitlines()[0].split())
         net = f"EMULATED network {self.network}" if self.network else "real network"
+        if self.virtual:
+            net = (f"network {self.network} MODELLED for projected times (not emulated)" if self.network
+                   else "no network (shared memory)")
         return (f"{self.size} rank(s), {self.local_size} on this node; {lib}; {net}; "
                 f"progress={self.progress_mode}")
 
@@ -404,11 +380,21 @@ class Comm:
         """When an operation of ``seconds`` modelled time, posted at ``now``,
         leaves the emulated link (one operation on the wire at a time; an
         operation that moves nothing, e.g. a copy to oneself, does not queue)."""
-        if not self.network or seconds <= 0:
+        if not self.network or seconds <= 0 or not self.delays:
             return now
         start = max(now, self._link_free)
         self._link_free = start + seconds
         return self._link_free
+
+    def _idle(self):
+        """Context for a wait outside the communicator's own calls: a virtual
+        rank gives its compute slot to another rank meanwhile."""
+        idle = getattr(self.mpi, "idle", None)
+        return idle() if idle is not None else contextlib.nullcontext()
+
+    def _check_aborted(self) -> None:
+        if getattr(self.mpi, "aborted", False):
+            raise JobAborted()
 
     def _count(self, prim: str, nbytes: int, sent: int) -> None:
         self.stats[f"{prim}_calls"] += 1
@@ -910,68 +896,51 @@ class Comm:
         if self.size > 1:
             self.mpi.Barrier()
 
-    def abort(self, message: str, code: int = 1) -> None:
-        """Print ``message`` (prefixed with the rank) to stderr and end the whole
-        job with ``MPI_Abort``, so no rank waits forever on a dead peer."""
-        sys.stderr.write(f"[minips rank {self.rank}] {message}\n")
+    def abort(self, message: str, code: int = 1, prefix: bool = True) -> None:
+        """Print ``message`` (prefixed with the rank unless ``prefix`` is False)
+        to stderr and end the whole job with ``MPI_Abort``, so no rank waits
+        forever on a dead peer.
+
+        Under MPI the message must reach the terminal before the abort: the
+        process manager kills every rank and may end before it forwards what is
+        still in a rank's output pipe (seen as a failed job with no output at
+        all when the launcher was slow to be scheduled), so this waits until
+        the pipe is read (:func:`.mpi.drain_output`), then silences MPICH's own
+        abort line (the message has said it all) and aborts. Under virtual
+        ranks the process lives on: the other ranks raise :class:`JobAborted`
+        at their next call (a rank waiting in one at once) and this one raises
+        SystemExit; when the job is already ending (another rank aborted
+        first), nothing is printed."""
+        claim = getattr(self.mpi, "claim_abort", None)  # virtual ranks: the first to abort speaks
+        if self.size > 1 and claim is not None and not claim(code):
+            raise JobAborted()
+        sys.stderr.write(f"[minips rank {self.rank}] {message}\n" if prefix else f"{message}\n")
         sys.stderr.flush()
+        if claim is None:
+            mpi_backend.drain_output()
         if self.size > 1:
+            if claim is None:  # not under virtual ranks: fd 2 is the whole process's
+                mpi_backend.silence_stderr()
             self.mpi.Abort(code)
         raise SystemExit(code)
+
+    def reconfigure(self, network=None, progress: str = "poll") -> None:
+        """Change the network model and the progress mode (between runs: no
+        request may be pending when the progress mode changes).
+
+        Raises:
+            ValueError: unknown progress mode or network.
+        """
+        if progress not in PROGRESS_MODES:
+            raise ValueError(f"unknown progress mode {progress!r}; choose one of {', '.join(PROGRESS_MODES)}")
+        self.network = parse_network(network) if network else None
+        if progress != self.progress_mode:
+            self.close()
+            self.progress_mode = progress
+            self._thread = _ProgressThread() if (progress == "thread" and self.size > 1) else None
 
     def close(self) -> None:
         """Stop the progress thread (pending requests must be waited first)."""
         if self._thread is not None:
             self._thread.stop()
             self._thread = None
-
-
-_world: Comm | None = None
-
-
-def get_comm(network=None, progress: str = "poll") -> Comm:
-    """The process's world :class:`Comm`, created on first use with these options
-    (later calls with other options reconfigure network and progress)."""
-    global _world
-    if _world is None:
-        _world = Comm(network=network, progress=progress)
-    else:
-        _world.network = parse_network(network) if network else None
-        if progress != _world.progress_mode:
-            if progress not in PROGRESS_MODES:
-                raise ValueError(f"unknown progress mode {progress!r}; choose one of {', '.join(PROGRESS_MODES)}")
-            _world.close()
-            _world.progress_mode = progress
-            _world._thread = _ProgressThread() if (progress == "thread" and _world.size > 1) else None
-    return _world
-
-
-def run_or_abort(fn, *args, **kwargs):
-    """Call ``fn``; if it raises on any rank of a multi-rank job, print the error
-    and abort the whole job (``MPI_Abort``) instead of letting the other ranks
-    wait forever in their next collective. Returns ``fn``'s result."""
-    try:
-        return fn(*args, **kwargs)
-    except BaseException as e:  # noqa: BLE001
-        comm = _world
-        if comm is not None and comm.size > 1:
-            abort_on_exception(comm, e)
-        raise
-
-
-def abort_on_exception(comm: Comm, exc: BaseException) -> None:
-    """Report ``exc`` and abort the job (see :meth:`Comm.abort`).
-
-    Any exception that ends one rank of a running multi-rank job must end them
-    all, ``KeyboardInterrupt`` (SIGINT reaching one process before the stop
-    protocol's handler is installed) and ``SystemExit``
-    (``sys.exit`` on one rank) included: the other ranks would otherwise wait
-    forever in their next collective."""
-    if isinstance(exc, KeyboardInterrupt):
-        comm.abort("interrupted (SIGINT) on this rank; ending every rank (to stop a run and keep a "
-                   "checkpoint, send SIGTERM or Ctrl-C to mpiexec, which signals every rank)", code=130)
-    if isinstance(exc, SystemExit):
-        code = exc.code if isinstance(exc.code, int) and exc.code else 1
-        comm.abort(f"this rank exited (sys.exit({exc.code!r})) while the others run; ending every rank", code=code)
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    comm.abort(f"error, aborting all ranks:\n{tb}")

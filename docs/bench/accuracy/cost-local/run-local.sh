@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+set -e
+rm -rf "runs/cost25/run-local"
+NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ".venv/bin/mpiexec" -n 2 ".venv/bin/python" -m minips train   --algo pseudo-sync:local --max-steps 120 --epochs 1 --quiet --no-trace --out "runs/cost25/run-local" >/dev/null
+".venv/bin/python" -c "import json; s=json.load(open('runs/cost25/run-local/summary.json')); print(json.dumps({'predictor': 'local', 'step_time_s': s['step_time_s'], 'time_breakdown': s['time_breakdown']}))" >> "runs/cost25/local.jsonl"
