@@ -252,7 +252,7 @@ class Conv2d(Module):
         if len(following) > 1 and type(following[1]) is MaxPool2d:
             mp = following[1]
             (kh, kw) = mp.kernel_size
-            if mp.stride == mp.kernel_size and kh <= P and kw <= Q and kh * kw <= 127:
+            if mp.stride == mp.kernel_size and kh <= P and kw <= Q:
                 pool, used = mp.kernel_size, 2
         y = Conv2dFunction.apply(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
                                  relu=True, pool=pool, arena=arena_for(self))
