@@ -64,11 +64,15 @@ from .layout import as_nchw, to_nhwc
 __all__ = ["ConvGeometry", "geometry", "conv2d_forward", "conv2d_backward", "use_direct",
            "weight_matrix", "Stages", "im2col", "col2im", "im2col_nhwc", "col2im_nhwc", "DIRECT_MAX_CRS"]
 
-#: Use the direct forward when C*R*S is at most this. Measured (AVX2, 1
-#: thread, batch 64, 3x3): direct/im2col time 0.9 at C=1, 0.9 at C=2, 0.6 at
-#: C=3; from C=4 to 8 the winner changed between runs on a busy machine, and
-#: at C=16 im2col + BLAS was 1.7x faster. Re-measure with ``bench kernels``.
-DIRECT_MAX_CRS = 27
+#: Use the direct forward when C*R*S is at most this (0: never, the default).
+#: Measured (issue 30, AMD EPYC Zen 3, AVX2, 1 thread, CPU time, the training
+#: path with ReLU and pooling fused, batch 32 and 64): im2col + BLAS in blocks
+#: was faster for the first layers, 7.2 against 7.9 ms (N64 1->32 28x28) and
+#: 22 against 30 ms (N64 3->64 32x32): its patch matrix is built once and serves
+#: the forward product and dW, where the direct forward still needs it for dW.
+#: ``direct=True`` still selects the direct kernel; ``bench kernels --breakdown``
+#: shows both stages for the first layer when this is raised to 27.
+DIRECT_MAX_CRS = 0
 
 
 # --- shapes -------------------------------------------------------------------
@@ -442,8 +446,9 @@ def _bias_sum(gy, gbn):
 # --- public entry points ----------------------------------------------------------------
 class Stages:
     """Seconds spent in each stage of :func:`conv2d_forward` / :func:`conv2d_backward`
-    (``bench kernels --breakdown``): pass one as ``stages=``; ``seconds[name]`` adds up,
-    ``calls[name]`` counts the laps (a patch build in the backward adds to the forward's).
+    (``bench kernels --breakdown``): pass one as ``stages=``; ``seconds[name]`` adds up;
+    ``work[name]`` adds up the fraction of the layer's batch each lap covered (a stage run
+    block by block over the images adds to 1; a patch build again in the backward, to 2).
 
     The stages: "layout in" (an NCHW input or gradient copied to NHWC), "weights"
     (the weight copied to or from the products' layout), "patch build" (im2col),
@@ -452,15 +457,15 @@ class Stages:
     """
 
     def __init__(self, clock=time.perf_counter):
-        self.clock, self.seconds, self.calls, self._t = clock, {}, {}, 0.0
+        self.clock, self.seconds, self.work, self._t = clock, {}, {}, 0.0
 
     def start(self):
         self._t = self.clock()
 
-    def lap(self, name: str):
+    def lap(self, name: str, share: float = 1.0):
         t = self.clock()
         self.seconds[name] = self.seconds.get(name, 0.0) + (t - self._t)
-        self.calls[name] = self.calls.get(name, 0) + 1
+        self.work[name] = self.work.get(name, 0.0) + share
         self._t = t
 
 
@@ -468,7 +473,7 @@ class _NoStages:
     def start(self):
         pass
 
-    def lap(self, name):
+    def lap(self, name, share=1.0):
         pass
 
 
@@ -489,6 +494,21 @@ def _pool_window(pool, g: ConvGeometry):
     if kh < 1 or kw < 1 or kh > g.P or kw > g.Q:
         raise ValueError(f"conv2d: pool window {kh}x{kw} must be >= 1 and at most the output {g.P}x{g.Q}")
     return kh, kw
+
+
+#: Rows of ``cols`` (output pixels) per block in the forward's patch build + product
+#: and the backward's product + col2im (whole images; at least one). 0: one block.
+BLOCK_ROWS = 1024
+
+
+def _blocks(g: ConvGeometry):
+    """``(r0, r1, n0, n1)``: images n0..n1-1, rows r0..r1-1 of cols, about
+    :data:`BLOCK_ROWS` rows each."""
+    PQ = g.P * g.Q
+    per = g.N if BLOCK_ROWS <= 0 else max(1, BLOCK_ROWS // PQ)
+    for n0 in range(0, g.N, per):
+        n1 = min(g.N, n0 + per)
+        yield n0 * PQ, n1 * PQ, n0, n1
 
 
 def weight_matrix(w: np.ndarray, arena=NO_ARENA) -> np.ndarray:
@@ -558,12 +578,14 @@ def conv2d_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None,
         st.lap("direct conv")
     else:
         cols = arena.take((g.N * g.P * g.Q, g.R * g.S * g.C), dt)
-        _im2col_nhwc(xh, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, cols)
-        st.lap("patch build")
         wm = weight_matrix(w, arena)
         st.lap("weights")
-        np.matmul(cols, wm.T, out=y2)                           # the BLAS call: NHWC out
-        st.lap("GEMM fwd")
+        # a block of images at a time: its patches are multiplied while still in cache
+        for r0, r1, n0, n1 in _blocks(g):
+            _im2col_nhwc(xh[n0:n1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, cols[r0:r1])
+            st.lap("patch build", (n1 - n0) / g.N)
+            np.matmul(cols[r0:r1], wm.T, out=y2[r0:r1])          # the BLAS call: NHWC out
+            st.lap("GEMM fwd", (n1 - n0) / g.N)
         saved["cols"], saved["wm"] = cols, wm
     if window is not None:
         kh, kw = window
@@ -649,11 +671,13 @@ def conv2d_backward(gy: np.ndarray, w: np.ndarray, saved: dict,
         if cols is None:
             cols = arena.take((g.N * g.P * g.Q, g.R * g.S * g.C), dt)
         saved["cols"] = None      # consumed: a second backward rebuilds it from x
-        st.lap("weights")
-        np.matmul(G2, wm, out=cols)
-        st.lap("GEMM dX")
         gxh = arena.take((g.N, g.H, g.W, g.C), dt)
-        _col2im_nhwc(cols, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, gxh)
-        st.lap("col2im")
+        st.lap("weights")
+        # a block of images at a time: its patch gradients are added back while in cache
+        for r0, r1, n0, n1 in _blocks(g):
+            np.matmul(G2[r0:r1], wm, out=cols[r0:r1])
+            st.lap("GEMM dX", (n1 - n0) / g.N)
+            _col2im_nhwc(cols[r0:r1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, gxh[n0:n1])
+            st.lap("col2im", (n1 - n0) / g.N)
         gx = as_nchw(gxh)
     return gx, gw, gb

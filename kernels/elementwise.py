@@ -8,7 +8,8 @@ their speed is judged against memory bandwidth, not FLOP/s.
 
 Any shape, float32 or float64; the arrays are processed as flat vectors in
 parallel chunks, in memory order: a channels-last activation
-(:mod:`minips.kernels.layout`) stays channels-last, with no copy. Twins: ``minips.kernels.reference.relu_forward`` / ``_backward``.
+(:mod:`minips.kernels.layout`) stays channels-last, with no copy. Twins:
+``minips.kernels.reference.relu_forward`` / ``_backward``.
 """
 from __future__ import annotations
 

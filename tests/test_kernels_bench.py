@@ -3,6 +3,7 @@ other modules can add cases. (No timing is asserted: benchmarks are not tests.)"
 import json
 
 import numpy as np
+import pytest
 
 from minips.bench import kernels as bk
 from minips.cli import main
@@ -97,12 +98,17 @@ def test_breakdown_times_every_stage_and_counts_bytes_by_hand(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "per-stage breakdown" in text and "floor ms" in text
     blocks = {b["shape"]: b for b in json.loads(out.read_text())["breakdown"]}
-    assert len(blocks) == 3
+    assert len(blocks) == 5            # 3 shapes, and the direct forward of the two first layers
     first = {s["stage"] for s in blocks["N2 1->32 28x28 k3 +ReLU+pool2"]["stages"]}
+    direct = {s["stage"] for s in blocks["N2 1->32 28x28 k3 +ReLU+pool2 direct fwd"]["stages"]}
     second = {s["stage"] for s in blocks["N2 32->64 14x14 k3 +ReLU+pool2"]["stages"]}
-    assert {"direct conv", "epilogue fwd", "epilogue bwd", "GEMM dW"} <= first
-    assert not first & {"GEMM fwd", "GEMM dX", "col2im"}          # the first layer needs no dL/dx
+    assert {"patch build", "GEMM fwd", "epilogue fwd", "epilogue bwd", "GEMM dW"} <= first
+    assert {"direct conv", "patch build", "GEMM dW"} <= direct and "GEMM fwd" not in direct
+    assert not (first | direct) & {"GEMM dX", "col2im"}          # the first layer needs no dL/dx
     assert {"patch build", "GEMM fwd", "epilogue fwd", "epilogue bwd", "GEMM dW", "GEMM dX", "col2im"} <= second
+    # a stage done block by block adds up to one pass of the layer's work
+    passes = {s["stage"]: s["passes"] for s in blocks["N2 32->64 14x14 k3 +ReLU+pool2"]["stages"]}
+    assert all(passes[k] == pytest.approx(1.0) for k in ("patch build", "GEMM fwd", "GEMM dX", "col2im"))
     for b in blocks.values():
         assert b["total_ms"] > 0 and all(s["ms"] >= 0 and s["floor_ms"] >= 0 for s in b["stages"])
     # N2, 32->64, 14x14, 3x3, padding 1: x 2*14*14*32 = 12544 values, y 2*14*14*64 = 25088,

@@ -48,9 +48,16 @@ def _check_conv(x_shape, w_shape, stride, padding, seed, dtype, direct):
 
 @SETTINGS
 @given(conv_cases())
+@pytest.mark.parametrize("block_rows", [0, 1, 20])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv_im2col_path_matches_twin(dtype, case):
-    _check_conv(*case, dtype, direct=False)
+def test_conv_im2col_path_matches_twin(dtype, block_rows, case):
+    # block_rows: one block (0), one image per block (1), or blocks of a few images
+    before = conv.BLOCK_ROWS
+    conv.BLOCK_ROWS = block_rows
+    try:
+        _check_conv(*case, dtype, direct=False)
+    finally:
+        conv.BLOCK_ROWS = before
 
 
 @SETTINGS
@@ -72,7 +79,10 @@ def test_conv_edge_cases_default_path(x_shape, w_shape, stride, padding):
     _check_conv(x_shape, w_shape, stride, padding, 7, np.float32, direct=None)
 
 
-def test_default_path_choice():
+def test_default_path_choice(monkeypatch):
+    # the default (DIRECT_MAX_CRS = 0, measured in issue 30): im2col + BLAS everywhere
+    assert not conv.use_direct(conv.geometry((4, 1, 28, 28), (32, 1, 3, 3), 1, 1))
+    monkeypatch.setattr(conv, "DIRECT_MAX_CRS", 27)
     assert conv.use_direct(conv.geometry((4, 1, 28, 28), (32, 1, 3, 3), 1, 1))
     assert conv.use_direct(conv.geometry((4, 3, 32, 32), (64, 3, 3, 3), 1, 1))
     assert not conv.use_direct(conv.geometry((4, 32, 14, 14), (64, 32, 3, 3), 1, 1))

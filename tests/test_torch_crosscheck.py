@@ -76,8 +76,9 @@ def test_pools_match_torch(kind, xs, kernel, stride):
 # ReLU and pooling fused after the product, their backward in one pass).
 # (N, C, H, W), (K, R, S), stride, padding, pool window (None: conv + ReLU only)
 FUSED_CASES = [
-    ((2, 1, 8, 8), (4, 3, 3), 1, 1, 2),              # C*R*S = 9: the direct forward
+    ((2, 1, 8, 8), (4, 3, 3), 1, 1, 2),              # C*R*S = 9: direct forward when allowed
     ((2, 3, 9, 7), (5, 3, 3), 1, 1, 2),              # C*R*S = 27, odd sizes: the last row/column pooled away
+    ((9, 2, 12, 12), (3, 3, 3), 1, 1, 2),            # 9 images of 144 pixels: im2col in several blocks
     ((2, 4, 9, 11), (3, 3, 5), (2, 1), (1, 2), (2, 3)),  # im2col, rectangular kernel, stride and window
     ((1, 5, 7, 7), (6, 2, 2), 1, 0, 3),              # even kernel, 3x3 window that leaves a row and column
     ((2, 6, 6, 6), (4, 1, 1), 1, 0, None),           # 1x1, ReLU only
@@ -85,11 +86,14 @@ FUSED_CASES = [
 ]
 
 
+@pytest.mark.parametrize("direct_max_crs", [0, 27])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("xs,ks,stride,padding,pool", FUSED_CASES)
-def test_conv_relu_maxpool_fused_matches_torch(xs, ks, stride, padding, pool, channels_last):
-    from minips.kernels.conv import use_direct, geometry
+def test_conv_relu_maxpool_fused_matches_torch(xs, ks, stride, padding, pool, channels_last, direct_max_crs,
+                                               monkeypatch):
+    from minips.kernels import conv as kconv
     from minips.nn import ReLU, Sequential
+    monkeypatch.setattr(kconv, "DIRECT_MAX_CRS", direct_max_crs)   # the direct forward, or im2col always
     rng = np.random.default_rng(sum(xs) + sum(ks) + 7)
     K, R, S = ks
     x = rng.standard_normal(xs)
@@ -114,5 +118,5 @@ def test_conv_relu_maxpool_fused_matches_torch(xs, ks, stride, padding, pool, ch
     yt.backward(torch.from_numpy(gy))
     for mine, theirs, name in ((xm.grad, xt, "x"), (conv.weight.grad, wt, "weight"), (conv.bias.grad, bt, "bias")):
         np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=1e-9, atol=1e-9, err_msg=name)
-    g = geometry(xs, w.shape, stride, padding)
-    assert use_direct(g) == (xs[1] * R * S <= 27 and stride == 1)   # both forward paths are covered
+    g = kconv.geometry(xs, w.shape, stride, padding)
+    assert kconv.use_direct(g) == (xs[1] * R * S <= direct_max_crs and stride == 1)   # the path taken

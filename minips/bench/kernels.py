@@ -292,10 +292,10 @@ def conv_breakdown(batches, bandwidth_gbs: float, sgemm_gflops: float, clock: st
     ``bandwidth_gbs``, FLOP/s against ``sgemm_gflops``, and the *floor*, the
     time at the slower of the two roofs.
 
-    Returns one dict per shape: ``{"shape", "total_ms", "stages": [...]}``.
+    Returns one dict per shape (and for C*R*S <= 27 a second one with the direct
+    forward, labelled "direct fwd"): ``{"shape", "need_x", "total_ms", "stages": [...]}``.
     """
     from ..kernels import conv
-    from ..kernels.arena import Arena
     rng = np.random.default_rng(0)
     now = CLOCKS[clock]
     out = []
@@ -305,46 +305,52 @@ def conv_breakdown(batches, bandwidth_gbs: float, sgemm_gflops: float, clock: st
         gz = np.ascontiguousarray(rng.standard_normal((N, H // 2, H // 2, K)).astype(dtype)).transpose(0, 3, 1, 2)
         g = conv.geometry(x.shape, w.shape, 1, 1)
         need_x = C > 3                  # as in the table: the first layer needs no dL/dx
-        arena = Arena()
-        best = {}
-        calls = {}
-        total = np.inf
-        for i in range(reps + 3):       # 3 warm-up passes: compilation, the arena fills
-            st = conv.Stages(clock=now)
-            t = now()
-            _, saved = conv.conv2d_forward(x, w, b, 1, 1, relu=True, pool=2, arena=arena, stages=st)
-            conv.conv2d_backward(gz, w, saved, need_x=need_x, arena=arena, stages=st)
-            dt = now() - t
-            if i < 3:
-                continue
-            total = min(total, dt)
-            for k, v in st.seconds.items():
-                best[k] = min(best.get(k, np.inf), v)
-                calls[k] = st.calls[k]
-        stages = []
-        for k in [s for s in STAGE_ORDER if s in best]:
-            nbytes, flops = _stage_work(g, k, True, np.dtype(dtype).itemsize)
-            if k == "layout in":
-                nbytes = 0                      # channels-last inputs: views, nothing copied
-            nbytes, flops = nbytes * calls[k], flops * calls[k]
-            sec = best[k]
-            floor = max(nbytes / (bandwidth_gbs * 1e9), flops / (sgemm_gflops * 1e9))
-            stages.append({"stage": k, "calls": calls[k], "ms": sec * 1e3, "mbytes": nbytes / 1e6,
-                           "gbs": nbytes / sec / 1e9 if sec > 0 else None,
-                           "bandwidth_fraction": nbytes / sec / 1e9 / bandwidth_gbs if sec > 0 else None,
-                           "gflops": flops / sec / 1e9 if flops and sec > 0 else None,
-                           "sgemm_fraction": flops / sec / 1e9 / sgemm_gflops if flops and sec > 0 else None,
-                           "floor_ms": floor * 1e3})
-        out.append({"shape": f"N{N} {C}->{K} {H}x{H} k3 +ReLU+pool2", "need_x": need_x,
-                    "total_ms": total * 1e3, "stages": stages})
+        # the default path, and for few input channels also the direct forward, to compare
+        for direct in [None] + ([True] if C * 9 <= 27 else []):
+            out.append(_breakdown_one(conv, g, x, w, b, gz, need_x, direct, now, reps, bandwidth_gbs,
+                                      sgemm_gflops, dtype, f"N{N} {C}->{K} {H}x{H} k3 +ReLU+pool2"
+                                      + (" direct fwd" if direct else "")))
     return out
+
+
+def _breakdown_one(conv, g, x, w, b, gz, need_x, direct, now, reps, bandwidth_gbs, sgemm_gflops, dtype, label):
+    from ..kernels.arena import Arena
+    arena = Arena()
+    best, calls, total = {}, {}, np.inf
+    for i in range(reps + 3):       # 3 warm-up passes: compilation, the arena fills
+        st = conv.Stages(clock=now)
+        t = now()
+        _, saved = conv.conv2d_forward(x, w, b, 1, 1, relu=True, pool=2, arena=arena, stages=st, direct=direct)
+        conv.conv2d_backward(gz, w, saved, need_x=need_x, arena=arena, stages=st)
+        dt = now() - t
+        if i < 3:
+            continue
+        total = min(total, dt)
+        for k, v in st.seconds.items():
+            best[k] = min(best.get(k, np.inf), v)
+            calls[k] = st.work[k]       # how many times the stage's whole work was done
+    stages = []
+    for k in [s for s in STAGE_ORDER if s in best]:
+        nbytes, flops = _stage_work(g, k, True, np.dtype(dtype).itemsize)
+        if k == "layout in":
+            nbytes = 0                      # channels-last inputs: views, nothing copied
+        nbytes, flops = nbytes * calls[k], flops * calls[k]
+        sec = best[k]
+        floor = max(nbytes / (bandwidth_gbs * 1e9), flops / (sgemm_gflops * 1e9))
+        stages.append({"stage": k, "passes": calls[k], "ms": sec * 1e3, "mbytes": nbytes / 1e6,
+                       "gbs": nbytes / sec / 1e9 if sec > 0 else None,
+                       "bandwidth_fraction": nbytes / sec / 1e9 / bandwidth_gbs if sec > 0 else None,
+                       "gflops": flops / sec / 1e9 if flops and sec > 0 else None,
+                       "sgemm_fraction": flops / sec / 1e9 / sgemm_gflops if flops and sec > 0 else None,
+                       "floor_ms": floor * 1e3})
+    return {"shape": label, "need_x": need_x, "total_ms": total * 1e3, "stages": stages}
 
 
 def format_breakdown(blocks, bandwidth_gbs: float, sgemm_gflops: float) -> str:
     """The breakdown as text: one block per shape, one line per stage."""
     def f(v, fmt):
         return format(v, fmt) if v is not None else "-".rjust(int(fmt.split(".")[0]))
-    head = (f"{'stage':<14}{'calls':>6}{'ms':>9}{'share':>7}{'MB':>9}{'GB/s':>8}{'%bw':>6}"
+    head = (f"{'stage':<14}{'passes':>6}{'ms':>9}{'share':>7}{'MB':>9}{'GB/s':>8}{'%bw':>6}"
             f"{'GFLOP/s':>9}{'%sgemm':>8}{'floor ms':>10}")
     lines = [f"per-stage breakdown (best of the passes; roofs: bandwidth {bandwidth_gbs:.1f} GB/s, "
              f"sgemm {sgemm_gflops:.1f} GFLOP/s; floor = the time at the slower roof)"]
@@ -353,7 +359,7 @@ def format_breakdown(blocks, bandwidth_gbs: float, sgemm_gflops: float) -> str:
                   f"whole pass {blk['total_ms']:.3f} ms", head, "-" * len(head)]
         staged = sum(s["ms"] for s in blk["stages"])
         for s in blk["stages"]:
-            lines.append(f"{s['stage']:<14}{s['calls']:>6}{s['ms']:9.3f}{100 * s['ms'] / blk['total_ms']:6.0f}%"
+            lines.append(f"{s['stage']:<14}{s['passes']:>6.0f}{s['ms']:9.3f}{100 * s['ms'] / blk['total_ms']:6.0f}%"
                          f"{s['mbytes']:9.2f}{f(s['gbs'], '8.1f')}"
                          f"{f(s['bandwidth_fraction'] and 100 * s['bandwidth_fraction'], '6.0f')}"
                          f"{f(s['gflops'], '9.1f')}{f(s['sgemm_fraction'] and 100 * s['sgemm_fraction'], '8.0f')}"
