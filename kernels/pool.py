@@ -96,18 +96,19 @@ def _maxpool_nhwc(x, kh, kw, sh, sw, y, argmax):
 
 @njit(parallel=True, cache=True, nogil=True)
 def _maxpool_backward_nhwc(gy, argmax, gx):
-    """gx = 0, then gx[n, a // W, a % W, c] += gy[n, p, q, c] with a = argmax[n, p, q, c]
-    (added: overlapping windows can pick the same element). gy, argmax (N, P, Q, C), gx
-    (N, H, W, C). Images in parallel (each task owns its image's gx)."""
-    N, H, W, C = gx.shape
+    """gx = 0, then gx[n, a, c] += gy[n, p, q, c] with a = argmax[n, p, q, c] (added:
+    overlapping windows can pick the same element). gy, argmax (N, P, Q, C); gx
+    (N, H*W, C), the pixels of each image in one axis, so the flat index a = h*W + w
+    needs no division. Images in parallel (each task owns its image's gx); innermost
+    loop over C."""
+    N, HW, C = gx.shape
     P, Q = gy.shape[1], gy.shape[2]
     for n in prange(N):
         gx[n] = 0
         for p in range(P):
             for q in range(Q):
                 for c in range(C):
-                    a = argmax[n, p, q, c]
-                    gx[n, a // W, a % W, c] += gy[n, p, q, c]
+                    gx[n, argmax[n, p, q, c], _u(c)] += gy[n, p, q, c]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -189,7 +190,7 @@ def maxpool2d_backward(gy: np.ndarray, argmax: np.ndarray, x_shape, arena=NO_ARE
     N, C, H, W = x_shape
     gyh = to_nhwc(_float(gy, "maxpool2d_backward"), arena)
     gx = arena.take((N, H, W, C), gy.dtype)
-    _maxpool_backward_nhwc(gyh, to_nhwc(argmax, arena), gx)
+    _maxpool_backward_nhwc(gyh, to_nhwc(argmax, arena), gx.reshape(N, H * W, C))
     return as_nchw(gx)
 
 

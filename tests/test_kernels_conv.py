@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from minips.kernels import conv
 from minips.kernels import reference as ref
+from minips.kernels.layout import is_channels_last
 
 SETTINGS = settings(max_examples=30, deadline=None)
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -113,6 +114,15 @@ def test_im2col_and_col2im_match_twins_and_are_adjoint(case):
     # <im2col(x), c> == <x, col2im(c)>: col2im is the transpose of im2col,
     # which is why it computes the input gradient.
     assert np.isclose(np.vdot(cols, c), np.vdot(x, back), rtol=1e-10)
+    # the channels-last forms of the training path: the same entries, one row per
+    # output pixel in (r, s, c) order, checked against the twin rearranged
+    C = x_shape[1]
+    def to_rows(a):
+        return a.reshape(C, R, S, -1).transpose(3, 1, 2, 0).reshape(-1, R * S * C)
+    np.testing.assert_array_equal(conv.im2col_nhwc(x, g), to_rows(ref.im2col(x, R, S, stride, padding)))
+    back_nhwc = conv.col2im_nhwc(to_rows(c), g)
+    assert back_nhwc.shape == x.shape and is_channels_last(back_nhwc)
+    np.testing.assert_allclose(back_nhwc, ref.col2im(c, x_shape, R, S, stride, padding), rtol=1e-12, atol=1e-12)
 
 
 def test_no_bias_equals_zero_bias():

@@ -155,6 +155,7 @@ def _activation_shapes(batches):
 def pool_cases(ctx: BenchContext):
     from ..kernels import pool
     from ..kernels import reference as ref
+    from ..kernels.arena import Arena
     torch = ctx.torch
     for N, C, H in _activation_shapes(ctx.batches):
         x = ctx.randn(N, C, H, H)
@@ -177,12 +178,15 @@ def pool_cases(ctx: BenchContext):
             def t_fwd_bwd(xg=xg, gyt=gyt, F=F):
                 F.max_pool2d(xg, 2).backward(gyt)
                 xg.grad = None
-        yield Case("maxpool2d fwd", shape, lambda x=x: pool.maxpool2d_forward(x, 2, 2),
+        # minips gets channels-last inputs and an arena, as its layers do (see conv_cases)
+        xl, gyl = (np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) for a in (x, gy))
+        arena = Arena()
+        yield Case("maxpool2d fwd", shape, lambda x=xl, arena=arena: pool.maxpool2d_forward(x, 2, 2, arena=arena),
                    lambda x=x: ref.maxpool2d_forward(x, 2, 2), t_fwd, bytes=fwd_bytes)
 
-        def numba_mp(x=x, gy=gy):
-            _, am = pool.maxpool2d_forward(x, 2, 2)
-            return pool.maxpool2d_backward(gy, am, x.shape)
+        def numba_mp(x=xl, gy=gyl, arena=arena):
+            _, am = pool.maxpool2d_forward(x, 2, 2, arena=arena)
+            return pool.maxpool2d_backward(gy, am, x.shape, arena=arena)
 
         def numpy_mp(x=x, gy=gy):
             _, am = ref.maxpool2d_forward(x, 2, 2)
@@ -193,7 +197,7 @@ def pool_cases(ctx: BenchContext):
             def t_avg(xt=xt, F=F):
                 with torch.no_grad():
                     return F.avg_pool2d(xt, 2)
-        yield Case("avgpool2d fwd", shape, lambda x=x: pool.avgpool2d_forward(x, 2, 2),
+        yield Case("avgpool2d fwd", shape, lambda x=xl, arena=arena: pool.avgpool2d_forward(x, 2, 2, arena=arena),
                    lambda x=x: ref.avgpool2d_forward(x, 2, 2), t_avg, bytes=x.nbytes + y.nbytes)
 
 
