@@ -24,12 +24,15 @@ copy the patch that output pixel (n, p, q) sees into one row of
 Then ``y = cols @ wm.T`` (one BLAS product, wm = w as (K, R*S*C)) *is* the
 (N*P*Q, K) = NHWC output: no layout change. Backward: ``dW = gy.T @ cols``
 over the same, kept ``cols``; ``dcols = gy @ wm``, and **col2im** adds each
-row back into the pixels it was copied from (the gradient of x).
+row back into the pixels it was copied from (the gradient of x). The patch
+build and the forward product, and the dX product and col2im, run a block of
+images at a time (:data:`BLOCK_ROWS`), so each block is used while in cache.
 
-For very few input channels (C*R*S <= ``DIRECT_MAX_CRS``: the first layer
-on grey or RGB images) the product is too thin for BLAS, and a **direct**
-loop nest vectorised over the K output channels is used instead
-(:func:`_direct_nhwc`); its backward uses the same products.
+A **direct** loop nest vectorised over the K output channels
+(:func:`_direct_nhwc`, no ``cols``) is kept for very few input channels
+(``direct=True``, or C*R*S <= :data:`DIRECT_MAX_CRS`, 0 by default: measured
+slower in training, where dW needs ``cols`` anyway); its backward uses the
+same products.
 
 After the forward product an **epilogue** adds the bias and, when the
 layer is followed by them (``relu=True``, ``pool=(kh, kw)``), applies ReLU
