@@ -1,4 +1,4 @@
-"""Max and average pooling over (kh, kw) windows with stride (sh, sw), NCHW.
+"""Max and average pooling over (kh, kw) windows with stride (sh, sw), channels-last.
 
 Input x (N, C, H, W), output y (N, C, P, Q) with ``P = (H - kh) // sh + 1``,
 ``Q = (W - kw) // sw + 1`` (no padding; rows/columns that do not fill a last
@@ -12,15 +12,23 @@ window are ignored, as PyTorch's default ``ceil_mode=False``).
 - Average pooling divides each window's sum by ``kh*kw``; backward spreads
   ``gy / (kh*kw)`` over the window.
 
-Every kernel is parallel over the N*C image planes: each task reads and writes
-only its own plane, so overlapping windows (stride < kernel) never race.
+Memory is channels-last (:mod:`minips.kernels.layout`): the kernels read x as
+(N, H, W, C), so the innermost loop runs over the C channels of one pixel,
+contiguous and vectorised for any window; results are channels-last views of
+(N, C, ...) shape. An NCHW input is copied to NHWC first. Forward kernels are
+parallel over output rows (n, p), backward kernels over images (overlapping
+windows of one image add into the same elements, so one task owns an image).
 Float32 and float64. Twins: ``minips.kernels.reference.maxpool2d_*``,
-``avgpool2d_*``.
+``avgpool2d_*``. (The ReLU + max pooling that follow a convolution are fused
+into its epilogue: :mod:`minips.kernels.conv`.)
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+
+from .arena import NO_ARENA
+from .layout import as_nchw, to_nhwc
 
 __all__ = ["pool_output_size", "maxpool2d_forward", "maxpool2d_backward",
            "avgpool2d_forward", "avgpool2d_backward"]
@@ -59,167 +67,154 @@ _u = np.uintp
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _maxpool_forward(x, kh, kw, sh, sw, y, argmax):
-    N, C, H, W = x.shape
-    P, Q = y.shape[2], y.shape[3]
-    for nc in prange(N * C):          # one (image, channel) plane per task
-        n, c = nc // C, nc % C
+def _maxpool_nhwc(x, kh, kw, sh, sw, y, argmax):
+    """y[n, p, q, c] = the maximum of x[n, p*sh + i, q*sw + j, c] over the window,
+    argmax = its flat index h*W + w in the plane (the first in row-major window order on
+    ties). x (N, H, W, C); y, argmax (N, P, Q, C). Output rows (n, p) in parallel, then
+    q and the window; innermost loop over C."""
+    W, C = x.shape[2], x.shape[3]
+    P, Q = y.shape[1], y.shape[2]
+    for npp in prange(y.shape[0] * P):
+        n, p = npp // P, npp % P
+        h0 = p * sh
+        for q in range(Q):
+            w0 = q * sw
+            for c in range(C):
+                y[n, p, q, _u(c)] = x[n, h0, w0, _u(c)]
+                argmax[n, p, q, _u(c)] = h0 * W + w0
+            for i in range(kh):
+                for j in range(kw):
+                    if i + j == 0:
+                        continue
+                    where = (h0 + i) * W + w0 + j
+                    for c in range(C):
+                        v = x[n, h0 + i, w0 + j, _u(c)]
+                        take = v > y[n, p, q, _u(c)]   # strict: the first maximum wins ties
+                        y[n, p, q, _u(c)] = v if take else y[n, p, q, _u(c)]
+                        argmax[n, p, q, _u(c)] = where if take else argmax[n, p, q, _u(c)]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _maxpool_backward_nhwc(gy, argmax, gx):
+    """gx = 0, then gx[n, a, c] += gy[n, p, q, c] with a = argmax[n, p, q, c] (added:
+    overlapping windows can pick the same element). gy, argmax (N, P, Q, C); gx
+    (N, H*W, C), the pixels of each image in one axis, so the flat index a = h*W + w
+    needs no division. Images in parallel (each task owns its image's gx); innermost
+    loop over C."""
+    N, HW, C = gx.shape
+    P, Q = gy.shape[1], gy.shape[2]
+    for n in prange(N):
+        gx[n] = 0
         for p in range(P):
-            h0 = p * sh
             for q in range(Q):
-                w0 = q * sw
-                best = x[n, c, h0, _u(w0)]
-                where = h0 * W + w0
-                for i in range(kh):   # the window in row-major order
+                for c in range(C):
+                    gx[n, argmax[n, p, q, c], _u(c)] += gy[n, p, q, c]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _avgpool_nhwc(x, kh, kw, sh, sw, y):
+    """y[n, p, q, :] = the mean of x[n, p*sh + i, q*sw + j, :] over the window (sum, then
+    times 1/(kh*kw)). Output rows in parallel; innermost loop over C."""
+    C = x.shape[3]
+    P, Q = y.shape[1], y.shape[2]
+    inv = 1.0 / (kh * kw)
+    for npp in prange(y.shape[0] * P):
+        n, p = npp // P, npp % P
+        for q in range(Q):
+            for c in range(C):
+                y[n, p, q, _u(c)] = 0
+            for i in range(kh):
+                for j in range(kw):
+                    for c in range(C):
+                        y[n, p, q, _u(c)] += x[n, p * sh + i, q * sw + j, _u(c)]
+            for c in range(C):
+                y[n, p, q, _u(c)] *= inv
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _avgpool_backward_nhwc(gy, kh, kw, sh, sw, gx):
+    """gx = 0, then every element of window (p, q) gets gy[n, p, q, :] / (kh*kw) added.
+    Images in parallel; innermost loop over C."""
+    N, C = gx.shape[0], gx.shape[3]
+    P, Q = gy.shape[1], gy.shape[2]
+    inv = 1.0 / (kh * kw)
+    for n in prange(N):
+        gx[n] = 0
+        for p in range(P):
+            for q in range(Q):
+                for i in range(kh):
                     for j in range(kw):
-                        v = x[n, c, h0 + i, _u(w0 + j)]
-                        take = v > best   # strict: the first maximum wins ties
-                        best = v if take else best
-                        where = (h0 + i) * W + w0 + j if take else where
-                y[n, c, p, q] = best
-                argmax[n, c, p, q] = where
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _maxpool2x2_forward(x, y, argmax):
-    # The same for the window every CNN uses, 2x2 with stride 2. With the
-    # sizes known to the compiler it loads whole vectors of x and splits even
-    # and odd columns: 4.6x faster than the general loop (measured, AVX2).
-    N, C, H, W = x.shape
-    P, Q = y.shape[2], y.shape[3]
-    for nc in prange(N * C):
-        n, c = nc // C, nc % C
-        for p in range(P):
-            h = 2 * p
-            for q in range(Q):
-                i0 = h * W + 2 * q    # flat index of the window's top-left element
-                best, where = x[n, c, h, _u(2 * q)], i0
-                v = x[n, c, h, _u(2 * q + 1)]
-                take = v > best
-                best, where = (v if take else best), (i0 + 1 if take else where)
-                v = x[n, c, h + 1, _u(2 * q)]
-                take = v > best
-                best, where = (v if take else best), (i0 + W if take else where)
-                v = x[n, c, h + 1, _u(2 * q + 1)]
-                take = v > best
-                best, where = (v if take else best), (i0 + W + 1 if take else where)
-                y[n, c, p, q] = best
-                argmax[n, c, p, q] = where
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _maxpool_backward(gy, argmax, gx):
-    # gy, argmax: (N*C, P*Q); gx: (N*C, H*W)
-    for plane in prange(gx.shape[0]):
-        gx[plane] = 0                 # zero a plane, then scatter into it (in cache)
-        for j in range(gy.shape[1]):
-            gx[plane, _u(argmax[plane, j])] += gy[plane, j]
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _avgpool_forward(x, kh, kw, sh, sw, y):
-    N, C, H, W = x.shape
-    P, Q = y.shape[2], y.shape[3]
-    inv = 1.0 / (kh * kw)
-    for nc in prange(N * C):
-        n, c = nc // C, nc % C
-        if kh == 2 and kw == 2 and sh == 2 and sw == 2:   # the common case, unrolled
-            for p in range(P):
-                for q in range(Q):
-                    y[n, c, p, q] = inv * (x[n, c, 2 * p, _u(2 * q)] + x[n, c, 2 * p, _u(2 * q + 1)]
-                                           + x[n, c, 2 * p + 1, _u(2 * q)] + x[n, c, 2 * p + 1, _u(2 * q + 1)])
-            continue
-        for p in range(P):
-            y[n, c, p] = 0
-            for i in range(kh):
-                for j in range(kw):
-                    for q in range(Q):
-                        y[n, c, p, q] += x[n, c, p * sh + i, _u(q * sw + j)]
-            for q in range(Q):
-                y[n, c, p, q] *= inv
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _avgpool_backward(gy, kh, kw, sh, sw, gx):
-    N, C, H, W = gx.shape
-    P, Q = gy.shape[2], gy.shape[3]
-    inv = 1.0 / (kh * kw)
-    for nc in prange(N * C):
-        n, c = nc // C, nc % C
-        gx[n, c] = 0
-        for p in range(P):
-            for i in range(kh):
-                for j in range(kw):
-                    for q in range(Q):
-                        gx[n, c, p * sh + i, _u(q * sw + j)] += gy[n, c, p, q] * inv
+                        for c in range(C):
+                            gx[n, p * sh + i, q * sw + j, _u(c)] += gy[n, p, q, _u(c)] * inv
 
 
 def _float(x, what):
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"{what} takes float32 or float64, got {x.dtype}")
-    return np.ascontiguousarray(x)
+    return x
 
 
-def maxpool2d_forward(x: np.ndarray, kernel, stride):
+def maxpool2d_forward(x: np.ndarray, kernel, stride, arena=NO_ARENA):
     """Max pooling.
 
     Args:
-        x: (N, C, H, W) float32/float64.
+        x: (N, C, H, W) float32/float64, either memory layout.
         kernel, stride: int or (vertical, horizontal) pair.
+        arena: where the results come from (:mod:`minips.kernels.arena`);
+            default fresh arrays.
 
     Returns:
         ``(y, argmax)``: y (N, C, P, Q) of x's dtype; argmax (N, C, P, Q) int32,
-        the flat index ``h*W + w`` of each maximum in its input plane.
+        the flat index ``h*W + w`` of each maximum in its input plane; both
+        channels-last.
 
     Raises:
         ValueError: see :func:`pool_output_size`; TypeError: non-float x.
     """
     kh, kw, sh, sw, P, Q = pool_output_size(x.shape, kernel, stride)
-    x = _float(x, "maxpool2d")
+    xh = to_nhwc(_float(x, "maxpool2d"), arena)
     N, C = x.shape[:2]
-    y = np.empty((N, C, P, Q), x.dtype)
-    argmax = np.empty((N, C, P, Q), np.int32)
-    if (kh, kw, sh, sw) == (2, 2, 2, 2):
-        _maxpool2x2_forward(x, y, argmax)
-    else:
-        _maxpool_forward(x, kh, kw, sh, sw, y, argmax)
-    return y, argmax
+    y = arena.take((N, P, Q, C), x.dtype)
+    argmax = arena.take((N, P, Q, C), np.int32)
+    _maxpool_nhwc(xh, kh, kw, sh, sw, y, argmax)
+    return as_nchw(y), as_nchw(argmax)
 
 
-def maxpool2d_backward(gy: np.ndarray, argmax: np.ndarray, x_shape) -> np.ndarray:
-    """dL/dx of max pooling: (N, C, H, W), dtype of gy.
+def maxpool2d_backward(gy: np.ndarray, argmax: np.ndarray, x_shape, arena=NO_ARENA) -> np.ndarray:
+    """dL/dx of max pooling: (N, C, H, W) channels-last, dtype of gy.
 
     Args:
         gy: dL/dy (N, C, P, Q); argmax: from :func:`maxpool2d_forward`;
-        x_shape: the forward input's shape.
+        x_shape: the forward input's shape; arena: as in the forward.
     """
     N, C, H, W = x_shape
-    gy = _float(gy, "maxpool2d_backward")
-    gx = np.empty((N * C, H * W), gy.dtype)
-    _maxpool_backward(gy.reshape(N * C, -1), np.ascontiguousarray(argmax).reshape(N * C, -1), gx)
-    return gx.reshape(x_shape)
+    gyh = to_nhwc(_float(gy, "maxpool2d_backward"), arena)
+    gx = arena.take((N, H, W, C), gy.dtype)
+    _maxpool_backward_nhwc(gyh, to_nhwc(argmax, arena), gx.reshape(N, H * W, C))
+    return as_nchw(gx)
 
 
-def avgpool2d_forward(x: np.ndarray, kernel, stride) -> np.ndarray:
-    """Average pooling: (N, C, P, Q) window means, dtype of x.
+def avgpool2d_forward(x: np.ndarray, kernel, stride, arena=NO_ARENA) -> np.ndarray:
+    """Average pooling: (N, C, P, Q) window means, dtype of x, channels-last.
 
     Raises:
         ValueError: see :func:`pool_output_size`; TypeError: non-float x.
     """
     kh, kw, sh, sw, P, Q = pool_output_size(x.shape, kernel, stride)
-    x = _float(x, "avgpool2d")
-    y = np.empty(x.shape[:2] + (P, Q), x.dtype)
-    _avgpool_forward(x, kh, kw, sh, sw, y)
-    return y
+    xh = to_nhwc(_float(x, "avgpool2d"), arena)
+    y = arena.take((x.shape[0], P, Q, x.shape[1]), x.dtype)
+    _avgpool_nhwc(xh, kh, kw, sh, sw, y)
+    return as_nchw(y)
 
 
-def avgpool2d_backward(gy: np.ndarray, x_shape, kernel, stride) -> np.ndarray:
-    """dL/dx of average pooling: (N, C, H, W), dtype of gy."""
+def avgpool2d_backward(gy: np.ndarray, x_shape, kernel, stride, arena=NO_ARENA) -> np.ndarray:
+    """dL/dx of average pooling: (N, C, H, W) channels-last, dtype of gy."""
     kh, kw, sh, sw, P, Q = pool_output_size(x_shape, kernel, stride)
     if gy.shape != tuple(x_shape[:2]) + (P, Q):
         raise ValueError(f"avgpool2d_backward: gy has shape {gy.shape}, expected "
                          f"{tuple(x_shape[:2]) + (P, Q)}")
-    gy = _float(gy, "avgpool2d_backward")
-    gx = np.empty(tuple(x_shape), gy.dtype)
-    _avgpool_backward(gy, kh, kw, sh, sw, gx)
-    return gx
+    N, C, H, W = x_shape
+    gyh = to_nhwc(_float(gy, "avgpool2d_backward"), arena)
+    gx = arena.take((N, H, W, C), gy.dtype)
+    _avgpool_backward_nhwc(gyh, kh, kw, sh, sw, gx)
+    return as_nchw(gx)

@@ -3,6 +3,7 @@ other modules can add cases. (No timing is asserted: benchmarks are not tests.)"
 import json
 
 import numpy as np
+import pytest
 
 from minips.bench import kernels as bk
 from minips.cli import main
@@ -83,3 +84,37 @@ def test_rows_above_the_peak_are_marked():
                numpy_over_numba=None, gflops=120.0, gbs=None, bandwidth_fraction=None)
     lines = bk.format_table([dict(row, peak_fraction=1.2), dict(row, kernel="j", peak_fraction=0.5)]).splitlines()
     assert lines[2].startswith("*k") and lines[3].startswith("j")
+
+
+def test_breakdown_times_every_stage_and_counts_bytes_by_hand(tmp_path, capsys):
+    """``--breakdown``: one block per conv shape, the stages of the training path
+    (direct forward for 1->32; im2col, three GEMMs and col2im for 32->64), and
+    the byte and FLOP counts of _stage_work, worked out by hand for one shape."""
+    from minips.kernels import conv
+    out = tmp_path / "k.json"
+    rc = main(["bench", "kernels", "--threads", "1", "--batch", "2", "--only", "conv2d fwd+bwd",
+               "--no-torch", "--quick", "--breakdown", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "per-stage breakdown" in text and "floor ms" in text
+    blocks = {b["shape"]: b for b in json.loads(out.read_text())["breakdown"]}
+    assert len(blocks) == 5            # 3 shapes, and the direct forward of the two first layers
+    first = {s["stage"] for s in blocks["N2 1->32 28x28 k3 +ReLU+pool2"]["stages"]}
+    direct = {s["stage"] for s in blocks["N2 1->32 28x28 k3 +ReLU+pool2 direct fwd"]["stages"]}
+    second = {s["stage"] for s in blocks["N2 32->64 14x14 k3 +ReLU+pool2"]["stages"]}
+    assert {"patch build", "GEMM fwd", "epilogue fwd", "epilogue bwd", "GEMM dW"} <= first
+    assert {"direct conv", "patch build", "GEMM dW"} <= direct and "GEMM fwd" not in direct
+    assert not (first | direct) & {"GEMM dX", "col2im"}          # the first layer needs no dL/dx
+    assert {"patch build", "GEMM fwd", "epilogue fwd", "epilogue bwd", "GEMM dW", "GEMM dX", "col2im"} <= second
+    # a stage done block by block adds up to one pass of the layer's work
+    passes = {s["stage"]: s["passes"] for s in blocks["N2 32->64 14x14 k3 +ReLU+pool2"]["stages"]}
+    assert all(passes[k] == pytest.approx(1.0) for k in ("patch build", "GEMM fwd", "GEMM dX", "col2im"))
+    for b in blocks.values():
+        assert b["total_ms"] > 0 and all(s["ms"] >= 0 and s["floor_ms"] >= 0 for s in b["stages"])
+    # N2, 32->64, 14x14, 3x3, padding 1: x 2*14*14*32 = 12544 values, y 2*14*14*64 = 25088,
+    # cols 392 rows x 288 = 112896, weights 64*288 = 18432, pooled z 2*7*7*64 = 6272
+    g = conv.geometry((2, 32, 14, 14), (64, 32, 3, 3), 1, 1)
+    assert bk._stage_work(g, "patch build", True, 4) == ((12544 + 112896) * 4, 0)
+    assert bk._stage_work(g, "GEMM fwd", True, 4) == ((112896 + 18432 + 25088) * 4, 2 * 25088 * 288)
+    assert bk._stage_work(g, "epilogue fwd", True, 4) == ((25088 + 6272) * 4 + 6272 * 4, 0)
+    assert bk._stage_work(g, "col2im", True, 4) == ((112896 + 12544) * 4, 0)

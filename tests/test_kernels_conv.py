@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from minips.kernels import conv
 from minips.kernels import reference as ref
+from minips.kernels.layout import is_channels_last
 
 SETTINGS = settings(max_examples=30, deadline=None)
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -48,9 +49,16 @@ def _check_conv(x_shape, w_shape, stride, padding, seed, dtype, direct):
 
 @SETTINGS
 @given(conv_cases())
+@pytest.mark.parametrize("block_rows", [0, 1, 20])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv_im2col_path_matches_twin(dtype, case):
-    _check_conv(*case, dtype, direct=False)
+def test_conv_im2col_path_matches_twin(dtype, block_rows, case):
+    # block_rows: one block (0), one image per block (1), or blocks of a few images
+    before = conv.BLOCK_ROWS
+    conv.BLOCK_ROWS = block_rows
+    try:
+        _check_conv(*case, dtype, direct=False)
+    finally:
+        conv.BLOCK_ROWS = before
 
 
 @SETTINGS
@@ -72,7 +80,10 @@ def test_conv_edge_cases_default_path(x_shape, w_shape, stride, padding):
     _check_conv(x_shape, w_shape, stride, padding, 7, np.float32, direct=None)
 
 
-def test_default_path_choice():
+def test_default_path_choice(monkeypatch):
+    # the default (DIRECT_MAX_CRS = 0, measured in issue 30): im2col + BLAS everywhere
+    assert not conv.use_direct(conv.geometry((4, 1, 28, 28), (32, 1, 3, 3), 1, 1))
+    monkeypatch.setattr(conv, "DIRECT_MAX_CRS", 27)
     assert conv.use_direct(conv.geometry((4, 1, 28, 28), (32, 1, 3, 3), 1, 1))
     assert conv.use_direct(conv.geometry((4, 3, 32, 32), (64, 3, 3, 3), 1, 1))
     assert not conv.use_direct(conv.geometry((4, 32, 14, 14), (64, 32, 3, 3), 1, 1))
@@ -103,6 +114,15 @@ def test_im2col_and_col2im_match_twins_and_are_adjoint(case):
     # <im2col(x), c> == <x, col2im(c)>: col2im is the transpose of im2col,
     # which is why it computes the input gradient.
     assert np.isclose(np.vdot(cols, c), np.vdot(x, back), rtol=1e-10)
+    # the channels-last forms of the training path: the same entries, one row per
+    # output pixel in (r, s, c) order, checked against the twin rearranged
+    C = x_shape[1]
+    def to_rows(a):
+        return a.reshape(C, R, S, -1).transpose(3, 1, 2, 0).reshape(-1, R * S * C)
+    np.testing.assert_array_equal(conv.im2col_nhwc(x, g), to_rows(ref.im2col(x, R, S, stride, padding)))
+    back_nhwc = conv.col2im_nhwc(to_rows(c), g)
+    assert back_nhwc.shape == x.shape and is_channels_last(back_nhwc)
+    np.testing.assert_allclose(back_nhwc, ref.col2im(c, x_shape, R, S, stride, padding), rtol=1e-12, atol=1e-12)
 
 
 def test_no_bias_equals_zero_bias():

@@ -70,3 +70,53 @@ def test_pools_match_torch(kind, xs, kernel, stride):
     (y * Tensor(gy)).sum().backward()
     yt.backward(torch.from_numpy(gy))
     np.testing.assert_allclose(xm.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# Conv2d, ReLU, MaxPool2d in a Sequential: computed as one Function (the bias,
+# ReLU and pooling fused after the product, their backward in one pass).
+# (N, C, H, W), (K, R, S), stride, padding, pool window (None: conv + ReLU only)
+FUSED_CASES = [
+    ((2, 1, 8, 8), (4, 3, 3), 1, 1, 2),              # C*R*S = 9: direct forward when allowed
+    ((2, 3, 9, 7), (5, 3, 3), 1, 1, 2),              # C*R*S = 27, odd sizes: the last row/column pooled away
+    ((9, 2, 12, 12), (3, 3, 3), 1, 1, 2),            # 9 images of 144 pixels: im2col in several blocks
+    ((2, 4, 9, 11), (3, 3, 5), (2, 1), (1, 2), (2, 3)),  # im2col, rectangular kernel, stride and window
+    ((1, 5, 7, 7), (6, 2, 2), 1, 0, 3),              # even kernel, 3x3 window that leaves a row and column
+    ((2, 6, 6, 6), (4, 1, 1), 1, 0, None),           # 1x1, ReLU only
+    ((1, 2, 10, 9), (3, 4, 3), 3, 2, None),          # stride 3, ReLU only
+]
+
+
+@pytest.mark.parametrize("direct_max_crs", [0, 27])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("xs,ks,stride,padding,pool", FUSED_CASES)
+def test_conv_relu_maxpool_fused_matches_torch(xs, ks, stride, padding, pool, channels_last, direct_max_crs,
+                                               monkeypatch):
+    from minips.kernels import conv as kconv
+    from minips.nn import ReLU, Sequential
+    monkeypatch.setattr(kconv, "DIRECT_MAX_CRS", direct_max_crs)   # the direct forward, or im2col always
+    rng = np.random.default_rng(sum(xs) + sum(ks) + 7)
+    K, R, S = ks
+    x = rng.standard_normal(xs)
+    w = rng.standard_normal((K, xs[1], R, S))
+    b = rng.standard_normal(K)
+    conv = nnconv.Conv2d(xs[1], K, (R, S), stride=stride, padding=padding)
+    conv.weight.data, conv.bias.data = w.copy(), b.copy()
+    layers = [conv, ReLU()] + ([nnconv.MaxPool2d(pool)] if pool else [])
+    net = Sequential(*layers)
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if channels_last else x.copy()
+    xm = Tensor(xin, requires_grad=True)
+    y = net(xm)
+    # the whole Sequential was one Function (the fused kernel), not three
+    assert type(y._fn).__name__ == "Conv2dFunction", type(y._fn)
+    xt, wt, bt = (torch.from_numpy(a.copy()).requires_grad_(True) for a in (x, w, b))
+    yt = F.relu(F.conv2d(xt, wt, bt, stride=stride, padding=padding))
+    if pool:
+        yt = F.max_pool2d(yt, pool)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-10, atol=1e-10)
+    gy = rng.standard_normal(y.shape)
+    (y * Tensor(gy)).sum().backward()
+    yt.backward(torch.from_numpy(gy))
+    for mine, theirs, name in ((xm.grad, xt, "x"), (conv.weight.grad, wt, "weight"), (conv.bias.grad, bt, "bias")):
+        np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=1e-9, atol=1e-9, err_msg=name)
+    g = kconv.geometry(xs, w.shape, stride, padding)
+    assert kconv.use_direct(g) == (xs[1] * R * S <= direct_max_crs and stride == 1)   # the path taken

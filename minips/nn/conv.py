@@ -1,10 +1,22 @@
-"""Convolution and pooling layers (NCHW).
+"""Convolution and pooling layers (NCHW shapes, channels-last memory).
 
 Each layer is a thin :class:`~minips.nn.Module` around an autograd
 :class:`~minips.autograd.Function` whose forward and backward call the Numba
 kernels of :mod:`minips.kernels.conv` and :mod:`minips.kernels.pool` (see
 ``docs/kernels.md`` for how they work). The functional forms
 (:func:`conv2d`, :func:`max_pool2d`, :func:`avg_pool2d`) take Tensors.
+
+Inputs and outputs have NCHW shapes, (N, C, H, W), whatever their memory
+order; the layers return channels-last arrays (:mod:`minips.kernels.layout`)
+and the next layer reads them without a copy. Weights are (K, C, R, S).
+
+Each layer instance keeps a small arena of work buffers per thread
+(:mod:`minips.kernels.arena`), so a training step allocates none of its
+large arrays afresh. Inside a :class:`~minips.nn.Sequential`, a
+:class:`Conv2d` followed by :class:`~minips.nn.ReLU` (and by a
+non-overlapping :class:`MaxPool2d`) computes all of them in one Function:
+the same values and gradients, with the bias, ReLU and pooling done in one
+pass over the product's output (:meth:`Conv2d.forward_with_next`).
 
 Modules check their input and raise ``ValueError`` naming the layer and the
 dimension, e.g. ``Conv2d(32->64): input has 3 channels at dim 1, expected 32``.
@@ -17,10 +29,12 @@ import numpy as np
 
 from ..autograd import Function
 from ..kernels import conv as kconv
-from ..kernels import impl, reference_kernels
 from ..kernels import pool as kpool
 from ..kernels import reference as kref
+from ..kernels import reference_kernels
+from ..kernels.arena import NO_ARENA, arena_for
 from . import init
+from .layers import ReLU
 from .module import Module, Parameter
 
 __all__ = ["conv2d", "max_pool2d", "avg_pool2d", "Conv2d", "MaxPool2d", "AvgPool2d",
@@ -36,50 +50,72 @@ def _pair(v, what: str, minimum: int):
 
 # --- autograd Functions ----------------------------------------------------------
 class Conv2dFunction(Function):
-    """y = conv2d(x, w) + b; gradients for x, w and b (any may be skipped)."""
+    """y = conv2d(x, w) + b, optionally followed by ReLU and max pooling
+    (``relu``, ``pool``: computed in one pass, see :class:`Conv2d`); gradients
+    for x, w and b (any may be skipped). ``arena``: where work buffers come
+    from (the layer's; the functional form allocates)."""
 
-    def forward(self, x, w, b, *, stride, padding):
-        self.w = w
+    def forward(self, x, w, b, *, stride, padding, relu=False, pool=None, arena=NO_ARENA):
+        self.w, self.arena = w, arena
         if reference_kernels():  # MINIPS_REFERENCE_KERNELS=1: the readable twins (kernels/reference.py)
-            self.saved = {"reference": (x, stride, padding)}
-            return kref.conv2d_forward(x, w, b, stride, padding)
-        y, self.saved = kconv.conv2d_forward(x, w, b, stride, padding)
+            self.saved = {"reference": (x, stride, padding, relu, pool)}
+            y = kref.conv2d_forward(x, w, b, stride, padding)
+            if relu:
+                y = self.relu_out = kref.relu_forward(y)
+            if pool is not None:
+                self.pre_pool_shape = y.shape
+                y, self.argmax = kref.maxpool2d_forward(y, pool, pool)
+            return y
+        y, self.saved = kconv.conv2d_forward(x, w, b, stride, padding, relu=relu, pool=pool, arena=arena)
         return y
 
     def backward(self, gy):
         need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
         need_b = self.needs_input_grad[2]
         if "reference" in self.saved:
-            x, stride, padding = self.saved["reference"]
+            x, stride, padding, relu, pool = self.saved["reference"]
+            if pool is not None:
+                gy = kref.maxpool2d_backward(gy, self.argmax, self.pre_pool_shape)
+            if relu:
+                gy = kref.relu_backward(self.relu_out, gy)
             gx = kref.conv2d_backward_data(gy, self.w, x.shape, stride, padding) if need_x else None
             gw, gb = kref.conv2d_backward_weight(gy, x, self.w.shape, stride, padding)
         else:
             gx, gw, gb = kconv.conv2d_backward(gy, self.w, self.saved, need_x=need_x,
-                                               need_w=need_w or need_b)
+                                               need_w=need_w or need_b, arena=self.arena)
         return gx, (gw if need_w else None), (gb if need_b else None)
 
 
 class MaxPool2dFunction(Function):
     """Max over each window; the gradient goes to the window's maximum."""
 
-    def forward(self, x, *, kernel, stride):
-        self.x_shape = x.shape
-        y, self.argmax = impl(kpool).maxpool2d_forward(x, kernel, stride)
+    def forward(self, x, *, kernel, stride, arena=NO_ARENA):
+        self.x_shape, self.arena = x.shape, arena
+        if reference_kernels():
+            y, self.argmax = kref.maxpool2d_forward(x, kernel, stride)
+        else:
+            y, self.argmax = kpool.maxpool2d_forward(x, kernel, stride, arena=arena)
         return y
 
     def backward(self, gy):
-        return impl(kpool).maxpool2d_backward(gy, self.argmax, self.x_shape)
+        if reference_kernels():
+            return kref.maxpool2d_backward(gy, self.argmax, self.x_shape)
+        return kpool.maxpool2d_backward(gy, self.argmax, self.x_shape, arena=self.arena)
 
 
 class AvgPool2dFunction(Function):
     """Mean over each window; the gradient is shared equally by the window."""
 
-    def forward(self, x, *, kernel, stride):
-        self.x_shape, self.kernel, self.stride = x.shape, kernel, stride
-        return impl(kpool).avgpool2d_forward(x, kernel, stride)
+    def forward(self, x, *, kernel, stride, arena=NO_ARENA):
+        self.x_shape, self.kernel, self.stride, self.arena = x.shape, kernel, stride, arena
+        if reference_kernels():
+            return kref.avgpool2d_forward(x, kernel, stride)
+        return kpool.avgpool2d_forward(x, kernel, stride, arena=arena)
 
     def backward(self, gy):
-        return impl(kpool).avgpool2d_backward(gy, self.x_shape, self.kernel, self.stride)
+        if reference_kernels():
+            return kref.avgpool2d_backward(gy, self.x_shape, self.kernel, self.stride)
+        return kpool.avgpool2d_backward(gy, self.x_shape, self.kernel, self.stride, arena=self.arena)
 
 
 # --- functional forms -------------------------------------------------------------
@@ -185,13 +221,42 @@ class Conv2d(Module):
                                  f"is smaller than the kernel {what} {k}")
         return N, self.out_channels, (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
 
-    def forward(self, x):
+    def _check(self, x):
         _check_image_input(self.name, x, self.in_channels)
-        self.output_shape(x.shape)
+        shape = self.output_shape(x.shape)
         if x.dtype != self.weight.dtype:
             raise TypeError(f"{self.name}: input dtype {x.dtype} differs from the weight's "
                             f"{self.weight.dtype}; convert the input (or the parameters, for a gradcheck)")
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+        return shape
+
+    def forward(self, x):
+        self._check(x)
+        return Conv2dFunction.apply(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                                    arena=arena_for(self))
+
+    def forward_with_next(self, x, following):
+        """This layer and, when they come next, a ReLU and a max pooling, as one
+        Function (one pass for bias, ReLU and pooling after the product; the
+        gradient scattered, masked and summed for the bias in one pass back).
+
+        Fuses a :class:`~minips.nn.ReLU` that follows, and then a
+        :class:`MaxPool2d` whose stride equals its window (no overlap) and
+        whose window fits the output; not with the reference twins on
+        (``MINIPS_REFERENCE_KERNELS``). Returns ``(y, used)``: the output and
+        how many of ``following`` it computed (0, 1 or 2).
+        """
+        if reference_kernels() or not following or type(following[0]) is not ReLU:
+            return self(x), 0
+        _, _, P, Q = self._check(x)
+        pool, used = None, 1
+        if len(following) > 1 and type(following[1]) is MaxPool2d:
+            mp = following[1]
+            (kh, kw) = mp.kernel_size
+            if mp.stride == mp.kernel_size and kh <= P and kw <= Q:
+                pool, used = mp.kernel_size, 2
+        y = Conv2dFunction.apply(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                                 relu=True, pool=pool, arena=arena_for(self))
+        return y, used
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -237,7 +302,7 @@ class MaxPool2d(_Pool2d):
 
     def forward(self, x):
         self._check(x)
-        return max_pool2d(x, self.kernel_size, self.stride)
+        return MaxPool2dFunction.apply(x, kernel=self.kernel_size, stride=self.stride, arena=arena_for(self))
 
 
 class AvgPool2d(_Pool2d):
@@ -245,4 +310,4 @@ class AvgPool2d(_Pool2d):
 
     def forward(self, x):
         self._check(x)
-        return avg_pool2d(x, self.kernel_size, self.stride)
+        return AvgPool2dFunction.apply(x, kernel=self.kernel_size, stride=self.stride, arena=arena_for(self))

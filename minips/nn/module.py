@@ -66,6 +66,13 @@ class Module:
             cb()
         return out
 
+    def forward_with_next(self, x, following):
+        """``(self(x), 0)``. A layer that can compute itself together with the
+        layers after it in a :class:`Sequential` (``following``, a list)
+        overrides this and returns ``(output, how many of them it computed)``;
+        :class:`~minips.nn.Conv2d` does, for a ReLU and a max pooling."""
+        return self(x), 0
+
     # --- traversal ------------------------------------------------------------
     def named_modules(self, prefix: str = ""):
         """Yield ``(name, module)`` for this module and every submodule (iterative)."""
@@ -148,7 +155,11 @@ class Module:
 
 
 class Sequential(Module):
-    """Apply modules in order: ``Sequential(a, b, c)(x) == c(b(a(x)))``."""
+    """Apply modules in order: ``Sequential(a, b, c)(x) == c(b(a(x)))``.
+
+    A module may compute the ones after it in the same pass (same values and
+    gradients, less memory traffic): :meth:`Module.forward_with_next`, used by
+    :class:`~minips.nn.Conv2d` for a following ReLU and max pooling."""
 
     def __init__(self, *modules):
         super().__init__()
@@ -167,6 +178,12 @@ class Sequential(Module):
         return list(self._modules.values())[i]
 
     def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
+        mods, i = list(self._modules.values()), 0
+        while i < len(mods):
+            # a layer may compute the next ones in the same pass (Module.forward_with_next)
+            x, used = mods[i].forward_with_next(x, mods[i + 1:])
+            if used:
+                for cb in forward_callbacks:
+                    cb()
+            i += 1 + used
         return x
