@@ -42,7 +42,7 @@ COLORS = {"sync": "#222222", "pseudo-sync:adaptive:1": "#d62728", "pseudo-sync:l
 PROJECTED = {"sync": "sync", "pseudo-sync:adaptive:1": "pseudo-sync:adaptive",
              "pseudo-sync:local:1": "pseudo-sync:local", "pseudo-sync:adaptive-local:1": "pseudo-sync:adaptive-local"}
 POLICIES = ("scaled", "fixed")
-FLOOR = 80.0  # accuracy (%) at the bottom of the panels
+FLOOR = 72.0  # accuracy (%) at the bottom of the panels (every finished run above chance lies above it)
 WITHIN = 0.005  # the target of issue 25: within 0.5 points of sync on validation
 
 
@@ -165,14 +165,14 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
             for k, rule in enumerate(RULES):
                 mine = [r for r in rows if r["policy"] == policy and r["rule"] == rule]
                 dodge = 2 ** ((k - 1.5) * 0.03)  # a small shift per rule so the bars do not overlap
-                pts = [r for r in mine if r[key] and 100 * r[key]["mean"] >= FLOOR]
+                pts = [r for r in mine if r[key] and r[key]["mean"] >= 0.11]  # not diverged, not at chance
                 if pts:
                     y = [100 * r[key]["mean"] for r in pts]
                     err = [[100 * (r[key]["mean"] - r[key]["lo"]) for r in pts],
                            [100 * (r[key]["hi"] - r[key]["mean"]) for r in pts]]
                     ax.errorbar([r["P"] * dodge for r in pts], y, yerr=err, color=COLORS[rule], marker="o", ms=4,
                                 capsize=3, lw=1.3, label=NAMES[rule])
-                # diverged, or a mean below the floor (runs at chance): an x on the floor
+                # diverged, or at chance (collapsed): an x on the floor
                 off = [r for r in mine if r not in pts]
                 if off:
                     ax.plot([r["P"] * dodge for r in off], [FLOOR + 0.3] * len(off), "x", color=COLORS[rule], ms=7,
@@ -218,7 +218,7 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
     fig.suptitle("Pseudo-sync against sync at 16-128 ranks (full Fashion-MNIST, ConvNet, k = 1, "
                  "per-rank batch 16)", fontsize=11)
     fig.text(0.01, 0.005, "Accuracy: mean over seeds, bars 95 % t interval (no bar: one seed); x on the floor: "
-             "diverged, or at chance (off the scale). lr scaled = 0.01 P, fixed = 0.16; both warmed up over half "
+             "diverged, or at chance (collapsed; off the scale). lr scaled = 0.01 P, fixed = 0.16; both warmed up over half "
              "an epoch.\nCost model: run t3's one-node ConvNet profile at per-rank batch 32, ideal overlap; "
              "local's predictor cost not in that profile (taken as 0); adaptive-local not drawn (not measured).",
              fontsize=7.5, color="#333333", va="bottom")
