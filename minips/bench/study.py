@@ -341,7 +341,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     out.mkdir(parents=True, exist_ok=True)
     if spec.variant_options:  # a TOML table named as the algorithm's options table
         from ..distributed.algorithms import resolve
-        table = getattr(resolve(spec.flags["algo"]).cls.Options, "EXTRA")
+        table = resolve(spec.flags["algo"]).cls.Options.EXTRA
         (out / VARIANT_TOML).write_text(
             f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
     cmd = train_command(spec, out, mpiexec)
