@@ -218,7 +218,7 @@ def restore_trainer(trainer, path) -> None:
     import dataclasses
 
     from . import random as mrandom
-    from .config import TrainConfig
+    from .config import TrainConfig, config_fields
 
     cfg, comm = trainer.cfg, trainer.comm
     state = load(path)
@@ -242,7 +242,8 @@ def restore_trainer(trainer, path) -> None:
     saved.setdefault("partition", "iid")  # checkpoints from before partitions
     diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
             if saved.get(k) != getattr(cfg, k)]
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    # the fields, and the older per-option flags that checkpoints written before algo_options kept as fields
+    known = {f.name for f in dataclasses.fields(TrainConfig)} | set(config_fields())
     then = TrainConfig(**{k: v for k, v in saved.items() if k in known}).resolve_algo()
     now = trainer.spec
     if (then.name, then.options_dict()) != (now.name, now.options_dict()):

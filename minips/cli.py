@@ -38,7 +38,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train`` (also used by ``compare``). Defaults are None so
     that a config file's values survive unless a flag is given."""
     from .config import TrainConfig
-    from .distributed.algorithms import ALGORITHMS, example_spec
+    from .distributed.algorithms import ALGORITHMS, DEFAULT, example_spec
+    from .distributed.algorithms.option_flags import OPTION_FLAGS
     d = TrainConfig()
     p.add_argument("--config", help="TOML file of options (keys = the long flag names); flags override it")
     p.add_argument("--model", help=f"mlp, convnet or captioner (default {d.model})")
@@ -56,14 +57,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help=f"seed of initialisation and data order (default {d.seed})")
     p.add_argument("--out", help=f"output directory (default {d.out})")
     p.add_argument("--algo", help=f"algorithm spec NAME[:key=value]...[@LABEL], e.g. {example_spec()}; NAME is "
-                                  f"one of {', '.join(ALGORITHMS)} (default {d.algo}; "
+                                  f"one of {', '.join(ALGORITHMS)} (default {d.algo or DEFAULT}; "
                                   "python -m minips algorithms lists each one's options)")
-    p.add_argument("--predictor", help="the algorithm's 'predictor' option, for algorithms that have it "
-                                       "(same as NAME:predictor=...)")
-    p.add_argument("--staleness", type=int, help="the algorithm's 'staleness' option (k >= 1), for algorithms "
-                                                 "that have it")
-    p.add_argument("--bucket-mb", type=float, help="the algorithm's 'bucket-mb' option (MiB), for algorithms "
-                                                   "that have it")
+    for name, flag in OPTION_FLAGS.items():  # the older per-option flags (a table option: TOML only)
+        if flag.type != "dict":
+            p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=flag.python_type, help=flag.help)
     p.add_argument("--partition", help="how the training set is split over ranks: iid (default), by-class:N "
                                        "(N classes per rank) or dirichlet:ALPHA (label proportions ~ Dir(ALPHA))")
     p.add_argument("--val-fraction", type=float, help="hold out this share of the training set (stratified, "

@@ -9,10 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .distributed.algorithms import DEFAULT as DEFAULT_ALGO
-
-__all__ = ["TrainConfig", "ConfigError", "load_config", "config_fields", "check_out_dir", "read_toml",
-           "LEGACY_ALGO_OPTIONS"]
+__all__ = ["TrainConfig", "ConfigError", "load_config", "config_fields", "check_out_dir", "read_toml"]
 
 
 def read_toml(path, error: type[Exception], missing: str) -> dict:
@@ -41,32 +38,19 @@ class ConfigError(ValueError):
     """A bad option value or config file; the message says how to fix it."""
 
 
-#: TrainConfig fields that are algorithm options under another name: the
-#: same name in the algorithm's Options (older flags, kept working).
-LEGACY_ALGO_OPTIONS = ("predictor", "staleness", "bucket_mb", "predictor_options")
+def option_flags() -> dict:
+    """The older per-option flags the algorithms package declares
+    (:data:`minips.distributed.algorithms.option_flags.OPTION_FLAGS`: name ->
+    OptionFlag). Imported when first needed, so that importing this module
+    does not import every algorithm."""
+    from .distributed.algorithms.option_flags import OPTION_FLAGS
+    return OPTION_FLAGS
 
 
 @dataclass
-class TrainConfig:
-    """Every option of a training run (defaults are the README's main job).
+class _RunOptions:
+    """The fields of :class:`TrainConfig` (see there)."""
 
-    Sizes: ``batch_size`` is per rank (weak scaling: the global batch is
-    ``batch_size * P``). ``lr`` is the base learning rate; with ``scale_lr``
-    it is multiplied by P (linear scaling rule, Goyal et al. 2017) and warmed
-    up linearly over ``warmup_epochs``.
-
-    ``virtual_ranks`` = P > 0 runs the P ranks as threads of this process
-    (:mod:`minips.distributed.comm.virtual`) instead of one per ``mpiexec``
-    process; it is an option of the launcher (:func:`minips.train.train`,
-    the CLI), not of one rank's :class:`~minips.train.Trainer`.
-
-    ``algo`` is an algorithm spec, ``NAME[:key=value]...[@LABEL]`` (see
-    ``python -m minips algorithms``). ``predictor``, ``staleness``,
-    ``bucket_mb`` and ``predictor_options`` are the older flags for those
-    options: None = the algorithm's default; they apply to algorithms that
-    have the option and are ignored by the others (so ``compare`` can pass
-    them to every run); an option in the spec wins over the flag.
-    """
     model: str = "convnet"
     data: str = "fashion-mnist-mini"
     epochs: int = 3
@@ -80,10 +64,7 @@ class TrainConfig:
     scale_lr: bool = False
     seed: int = 0
     out: str = "runs/latest"
-    algo: str = DEFAULT_ALGO
-    predictor: str | None = None
-    staleness: int | None = None
-    bucket_mb: float | None = None
+    algo: str | None = None
     partition: str = "iid"
     network: str | None = None
     progress: str = "poll"
@@ -96,18 +77,63 @@ class TrainConfig:
     eval_batch_size: int = 500
     quiet: bool = False
     trace: bool = True
-    predictor_options: dict = field(default_factory=dict)
     label: str | None = None
     consensus_every: int = 50
     eval_rank0: bool = False
     overwrite: bool = False
     val_fraction: float = 0.0
     virtual_ranks: int = 0
+    algo_options: dict = field(default_factory=dict)
+
+
+class TrainConfig(_RunOptions):
+    """Every option of a training run (defaults are the README's main job).
+
+    Sizes: ``batch_size`` is per rank (weak scaling: the global batch is
+    ``batch_size * P``). ``lr`` is the base learning rate; with ``scale_lr``
+    it is multiplied by P (linear scaling rule, Goyal et al. 2017) and warmed
+    up linearly over ``warmup_epochs``.
+
+    ``virtual_ranks`` = P > 0 runs the P ranks as threads of this process
+    (:mod:`minips.distributed.comm.virtual`) instead of one per ``mpiexec``
+    process; it is an option of the launcher (:func:`minips.train.train`,
+    the CLI), not of one rank's :class:`~minips.train.Trainer`.
+
+    ``algo`` is an algorithm spec, ``NAME[:key=value]...[@LABEL]`` (see
+    ``python -m minips algorithms``); None = the algorithms package's
+    ``DEFAULT``. The older per-option flags that the algorithms package
+    declares (:func:`option_flags`) are accepted as keywords and attributes
+    too, e.g. ``TrainConfig(staleness=2)``: None = the algorithm's default;
+    they apply to algorithms that have the option and are ignored by the
+    others (so ``compare`` can pass them to every run); an option in the spec
+    wins over the flag. They are kept in ``algo_options``.
+    """
+
+    def __init__(self, *args, **kw):
+        flags = option_flags()
+        given = {k: kw.pop(k) for k in list(kw) if k in flags}
+        super().__init__(*args, **kw)
+        for k, v in given.items():
+            setattr(self, k, v)
+
+    def __getattr__(self, name):  # only for names that are not fields: the older flags
+        if name in option_flags():
+            return self.__dict__.get("algo_options", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name in option_flags():
+            opts = dict(self.algo_options)
+            if value is None or (isinstance(value, dict) and not value):
+                opts.pop(name, None)
+            else:
+                opts[name] = value
+            name, value = "algo_options", opts
+        object.__setattr__(self, name, value)
 
     def algo_defaults(self) -> dict:
-        """The older per-option flags as algorithm option defaults (see the class doc)."""
-        return {k: getattr(self, k) for k in LEGACY_ALGO_OPTIONS
-                if getattr(self, k) not in (None, {})}
+        """The older per-option flags given, as algorithm option defaults (see the class doc)."""
+        return {k: v for k, v in self.algo_options.items() if v not in (None, {})}
 
     def resolve_algo(self):
         """The :class:`~minips.distributed.algorithms.AlgoSpec` of ``algo`` with the
@@ -116,9 +142,9 @@ class TrainConfig:
         Raises:
             ConfigError: a bad spec (unknown algorithm or option, bad value).
         """
-        from .distributed.algorithms import resolve
+        from .distributed.algorithms import DEFAULT, resolve
         try:
-            return resolve(self.algo, self.algo_defaults())
+            return resolve(self.algo or DEFAULT, self.algo_defaults())
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
@@ -133,13 +159,16 @@ class TrainConfig:
         need(self.lr > 0, f"--lr must be > 0, got {self.lr}")
         need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")
         need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
-        need(self.staleness is None or self.staleness >= 1, f"--staleness must be >= 1 (1 = use the previous "
-                                                            f"step's gradient), got {self.staleness}")
         need(self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}")
         need(self.check_replicas >= 0, "--check-replicas must be >= 0 (0 = off)")
         need(self.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = off)")
         need(self.max_steps >= 0, "--max-steps must be >= 0 (0 = no limit)")
-        need(self.bucket_mb is None or self.bucket_mb >= 0, "--bucket-mb must be >= 0")
+        for name, flag in option_flags().items():  # the older per-option flags' own bounds
+            v = self.algo_options.get(name)
+            if flag.minimum is not None and v is not None:
+                need(not isinstance(v, (int, float)) or v >= flag.minimum,
+                     f"--{name.replace('_', '-')} must be >= {flag.minimum:g}"
+                     + (f" ({flag.why})" if flag.why else "") + f", got {v}")
         need(0 <= self.val_fraction < 1, f"--val-fraction must be in [0, 1) (0 = no validation split; e.g. "
                                          f"0.1 holds out 10% of the training set), got {self.val_fraction}")
         need(self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1 (samples per forward pass when "
@@ -160,15 +189,23 @@ class TrainConfig:
 
 
 def config_fields() -> list[str]:
-    """Names of the TrainConfig fields: the valid TOML keys and ``--flag`` names."""
-    return [f.name for f in dataclasses.fields(TrainConfig)]
+    """Names of the TrainConfig options: the valid TOML keys and ``--flag``
+    names (its fields, then the older per-option flags; not ``algo_options``,
+    where those are kept)."""
+    return [f.name for f in dataclasses.fields(TrainConfig) if f.name != "algo_options"] + list(option_flags())
+
+
+def _field_types() -> dict:
+    """TOML key -> the type text of its value ("int", "str | None", "dict", ...)."""
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig) if f.name != "algo_options"}
+    return {**types, **{k: flag.type for k, flag in option_flags().items()}}
 
 
 def load_config(path) -> dict:
     """Read a TOML run configuration into a dict of TrainConfig fields.
 
-    Keys may use dashes or underscores; predictor options go in a
-    ``[predictor_options]`` table (e.g. ``adapt_lambda = false``).
+    Keys may use dashes or underscores; an option that is a table (e.g. the
+    predictor's options) is written as one (``[NAME]``, then ``key = value`` lines).
 
     Raises:
         ConfigError: missing file, TOML syntax error, or an unknown key (the
@@ -176,13 +213,12 @@ def load_config(path) -> dict:
     """
     p = Path(path)
     raw = read_toml(p, ConfigError, f"config file {p} does not exist")
-    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    types = _field_types()
     out = {}
     for k, v in raw.items():
         key = k.replace("-", "_")
         if key not in types:
-            shown = sorted("[predictor_options]" if n == "predictor_options" else n.replace("_", "-")
-                           for n in types)
+            shown = sorted(f"[{n}]" if types[n] == "dict" else n.replace("_", "-") for n in types)
             raise ConfigError(f"{p}: unknown key {k!r}; valid keys (dashes or underscores): {', '.join(shown)}")
         _check_config_type(p, k, v, types[key])
         out[key] = v

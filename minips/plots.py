@@ -4,8 +4,8 @@
 written by ``train`` or ``compare``: test accuracy per epoch and against wall
 time (from the end of the warm-up steps, so a process's first run does not
 carry the kernels' compile), the stacked per-step timing breakdown, the
-per-step training loss and predictor diagnostics (lambda, forecast cosine)
-from ``trace.csv``, the consensus distance of runs whose ranks hold different
+per-step training loss and the per-step columns each algorithm declares for
+figures (e.g. a predictor's diagnostics) from ``trace.csv``, the consensus distance of runs whose ranks hold different
 weights, and (when the runs counted their traffic) accuracy against MiB sent.
 
 What a reader can rely on in every figure: each algorithm has one colour
@@ -233,14 +233,37 @@ def plot_breakdown(runs, path) -> None:
     _save(fig, path)
 
 
+def trace_columns(run) -> dict:
+    """The trace.csv columns run ``run`` (as :func:`load_run` reads it) has
+    figures for: name -> (panel title, axis label), as its algorithm declares
+    them (``Algorithm.trace_columns``): summary.json's ``trace_columns``, or
+    for runs made before it recorded them, the registered algorithm of its
+    ``algo_spec`` asked now (none when that spec no longer resolves)."""
+    s = run["summary"]
+    if "trace_columns" in s:
+        return {k: (v["title"], v["label"]) for k, v in (s["trace_columns"] or {}).items()}
+    from .distributed.algorithms import resolve
+    try:
+        spec = resolve(s.get("algo_spec") or s.get("algo") or "")
+    except ValueError:
+        return {}
+    return spec.cls.trace_columns(spec.options)
+
+
 def plot_trace(runs, path, smooth: int = 20) -> None:
-    """Per-step training loss (moving average) and, where logged, the predictor's
-    lambda and forecast cosine."""
+    """Per-step training loss (moving average) and one panel per trace column
+    the runs' algorithms declare (:func:`trace_columns`, e.g. a predictor's
+    diagnostics) that some run logged."""
     import numpy as np
     plt = _plt()
-    has_pred = any(r["trace"] and "cos_forecast" in r["trace"][-1] for r in runs)
+    declared: dict = {}
+    for r in runs:
+        for k, v in trace_columns(r).items():
+            if r["trace"] and any(row.get(k) not in (None, "") for row in r["trace"]):
+                declared.setdefault(k, v)
+    panels = [("loss", ("training loss", f"training loss ({smooth}-step mean)")), *declared.items()]
     n_rows = -(-sum(1 for r in runs if r["trace"]) // 3)
-    fig, axes = plt.subplots(1, 3 if has_pred else 1, figsize=(17 if has_pred else 9, 4.2 + 0.2 * n_rows),
+    fig, axes = plt.subplots(1, len(panels), figsize=(9 + 4 * (len(panels) - 1), 4.2 + 0.2 * n_rows),
                              squeeze=False)
     axes = axes[0]
 
@@ -256,15 +279,12 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
         if not r["trace"]:
             continue
         st = _style(runs, r)
-        for ax, key in zip(axes, ("loss", "lambda", "cos_forecast")):
+        for ax, (key, _) in zip(axes, panels):
             xs, ys = series(r, key)
             if ys:  # markers staggered per run, so overlapping curves stay apart
                 every = max(1, len(xs) // 8)
                 ax.plot(xs, ys, label=r["name"], markevery=(i * every // max(1, len(runs)), every), **st)
-    titles = [("training loss", f"training loss ({smooth}-step mean)"),
-              ("predictor confidence", "lambda (confidence in history)"),
-              ("forecast quality", "cos(forecast, arrived gradient)")]
-    for ax, (title, ylabel) in zip(axes, titles):
+    for ax, (_, (title, ylabel)) in zip(axes, panels):
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.set_xlabel("step")
@@ -275,7 +295,7 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
             ax.text(0.5, 0.5, "no trace.csv", ha="center", transform=ax.transAxes)
         else:
             ax.text(0.5, 0.5, "no run logged this", ha="center", transform=ax.transAxes)
-    # one legend for the three panels (a run has the same colour, line and marker in each), below them
+    # one legend for the panels (a run has the same colour, line and marker in each), below them
     handles = {}
     for ax in axes:
         for line in ax.lines:

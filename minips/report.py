@@ -39,8 +39,12 @@ UNITS = {
                "cluster times",
     "projected_step_time_s": "virtual runs: seconds per step the algorithm's cost model gives at this P on "
                              "projected_network, from projected_profile_s",
-    "projected_profile_s": "virtual runs: thread CPU seconds per step of forward, backward, update and predictor, "
+    "projected_profile_s": "virtual runs: thread CPU seconds per step of forward, backward and update, "
                            "mean over steps after the warm-up and over ranks",
+    "projected_profile_extras": "virtual runs: what the algorithm's cost model reads beyond projected_profile_s "
+                                "(its StepProfile extras, e.g. its own extra compute in seconds per step); "
+                                "absent when none",
+    "trace_columns": "the per-step trace.csv columns the algorithm declares for figures: name -> title and label",
     "projected_time_s": "virtual runs, per history row: step x projected_step_time_s (what time-to-accuracy uses)",
     "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
                      "figures against wall time start after them",
@@ -93,8 +97,9 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "label": cfg.label or spec.run_label,
         "model": cfg.model, "data": cfg.data, "algo": spec.name, "algo_spec": spec.text,
         "algo_options": spec.options_dict(), "family": spec.cls.family, "replicated": algo.replicated,
-        "predictor": None, "staleness": None, "predictor_options": None,
         **algo.report(),
+        "trace_columns": {k: {"title": t, "label": lab}
+                          for k, (t, lab) in spec.cls.trace_columns(spec.options).items()},
         "partition": {"spec": cfg.partition, "ranks": shards},
         "world_size": comm.size, "seed": cfg.seed,
         "epochs": sum(1 for r in trainer.history if not r.get("partial")),
@@ -131,8 +136,8 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
     }
     if comm.virtual:  # what each rank computed, without its turns waiting for a core: thread CPU seconds
         cpu = algo.timer.mean_cpu(skip)
-        cpu = {k: comm.allreduce_scalar(cpu.get(k, 0.0)) / comm.size for k in ("forward", "backward", "update",
-                                                                                "predict")}
+        names = sorted(set().union(*comm.allgather(sorted(cpu))))  # a phase one rank lacks counts 0 there
+        cpu = {k: comm.allreduce_scalar(cpu.get(k, 0.0)) / comm.size for k in names}
         out.update(project(trainer, cpu))
     for k, v in last.items():
         if k.startswith(("test_", "val_", "rank0_")) or k in ("bleu", "exact_match", "token_accuracy",
@@ -149,33 +154,37 @@ def project(trainer, breakdown: dict) -> dict:
     """What a run on virtual ranks would take per step on a cluster: the
     algorithm's own cost model (``step_time``) at this P on the run's
     ``--network`` (default :data:`PROJECTION_NETWORK`), from ``breakdown``,
-    the profile measured here per rank (seconds per step of forward, backward,
-    update and predictor: the summary passes the ranks' mean thread CPU
-    seconds, one thread per rank; the algorithm's other phases wait for the
-    other virtual ranks, so they are left out). Sets ``projected_time_s`` =
+    the profile measured here per rank (seconds per phase per step: the
+    summary passes the ranks' mean thread CPU seconds, one thread per rank).
+    The profile holds forward, backward and update, and the algorithm's own
+    extras (``Algorithm.profile_extras`` from the model's parameter shapes and
+    ``breakdown``: e.g. a phase it computes in); its other phases wait for the
+    other virtual ranks, so they are left out. Sets ``projected_time_s`` =
     step x that time on every history row. Returns the summary's
     ``projected_*`` entries (the step time None when the algorithm has no cost
     model)."""
     from .distributed.costmodel import parse_network
     from .distributed.projection import StepProfile, step_time
 
-    cfg, comm, algo = trainer.cfg, trainer.comm, trainer.algo
+    cfg, comm, spec = trainer.cfg, trainer.comm, trainer.spec
     net = cfg.network or PROJECTION_NETWORK
-    flat = algo.flat
+    params = trainer.algo.flat.params
+    extras = spec.cls.profile_extras(spec.options, tuple(tuple(p.data.shape) for p in params), breakdown)
     prof = StepProfile(forward=breakdown.get("forward", 0.0), backward=breakdown.get("backward", 0.0),
-                       update=breakdown.get("update", 0.0), predict=breakdown.get("predict", 0.0),
-                       grad_bytes=4.0 * sum(p.data.size for p in flat.params),
-                       buckets=tuple(4.0 * sum(flat.params[i].data.size for i in b.param_ids) for b in flat.buckets),
-                       shapes=tuple(p.data.shape for p in flat.params))
+                       update=breakdown.get("update", 0.0), grad_bytes=4.0 * sum(p.data.size for p in params),
+                       extras=extras)
     try:
-        t = step_time(trainer.spec, prof, comm.size, net)
+        t = step_time(spec, prof, comm.size, net)
     except ValueError:
         t = None
     for row in trainer.history:
         row["projected_time_s"] = None if t is None else row["step"] * t
     model = parse_network(net)
-    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
-            "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update", "predict")}}
+    out = {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
+           "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update")}}
+    if extras:
+        out["projected_profile_extras"] = extras
+    return out
 
 
 def _load_average() -> list[float] | None:

@@ -226,7 +226,8 @@ class Trainer:
         touched (so ``--overwrite`` never deletes a run that is then refused):
         the output folder (not another run's, no earlier run's files unless
         ``--overwrite``), the options (:meth:`build`), the checkpoint of
-        ``--resume`` (loaded here) and the staleness against the run's steps.
+        ``--resume`` (loaded here) and the algorithm's own check of the run
+        (``Algorithm.preflight``, e.g. an option that no run this short can use).
         Collective. Returns the output folder.
 
         Raises:
@@ -256,7 +257,7 @@ class Trainer:
         if cfg.resume:
             from .checkpoint import restore_trainer
             restore_trainer(self, cfg.resume)
-        self._check_staleness()
+        self._check_algorithm()
         self.out = out
         return out
 
@@ -325,21 +326,19 @@ class Trainer:
                 self._write_outputs(out, summary)
         return summary
 
-    def _check_staleness(self) -> None:
-        """A staleness option at or above the number of steps: a gradient is
-        applied ``staleness`` steps after it is computed, so no update would
-        ever be applied. Refused when the whole run is that short; only a
-        warning when ``--max-steps`` cuts it (a resumed run goes on training)."""
-        k = getattr(self.spec.options, "staleness", None)
-        if not isinstance(k, int) or self.cfg.resume or k < self.total_steps:
-            return
-        planned = self.steps_per_epoch * self.cfg.epochs
-        why = (f"staleness {k} (--staleness or the spec's staleness=) is at or above the run's {{n}} steps: every "
-               "gradient would be applied after the run ends, so nothing would be trained")
-        if k >= planned:
-            raise ConfigError(why.format(n=planned) + f"; use a staleness below {planned} or train longer (--epochs)")
-        self._say("warning: " + why.format(n=self.total_steps) + f" before --max-steps {self.cfg.max_steps} stops "
-                  f"it; give --max-steps above {k} unless this run is to be resumed")
+    def _check_algorithm(self) -> None:
+        """The algorithm's own pre-run check (``Algorithm.preflight``) against
+        this run's steps: it may refuse the run (ConfigError with its message)
+        or warn (printed on rank 0)."""
+        from .distributed.algorithms.base import RunPlan
+        plan = RunPlan(planned_steps=self.steps_per_epoch * self.cfg.epochs, total_steps=self.total_steps,
+                       resumed=bool(self.cfg.resume), world_size=self.comm.size, max_steps=self.cfg.max_steps)
+        try:
+            warnings = self.spec.cls.preflight(self.spec.options, plan)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        for w in warnings:
+            self._say(f"warning: {w}")
 
     def _train_epochs(self, stopper, bar, out: Path):
         """The epoch/step loop; returns (samples trained on by this rank, why it stopped early or None).

@@ -1,5 +1,6 @@
 """bench scaling: argument checks, and a tiny smoke run (mlp, ranks 1 and 2, a few steps)."""
 import json
+import math
 import shutil
 import sys
 
@@ -53,7 +54,7 @@ def test_bench_scaling_smoke(tmp_path):
     assert {c["label"] for c in res["model_check"]} == {"sync", "pseudo-sync:last"}
     edr = res["projection"]["ib-edr"]["algos"]
     assert edr["sync"]["P"] == [1, 2, 4, 8, 16, 32, 64, 128] and edr["sync"]["efficiency"][0] == 1.0
-    assert res["grad_bytes"] > 0 and sum(res["buckets"]) == res["grad_bytes"]
+    assert res["grad_bytes"] > 0 and 4 * sum(math.prod(s) for s in res["shapes"]) == res["grad_bytes"]
     assert (tmp_path / "m.png").stat().st_size > 1000 and (tmp_path / "p.png").stat().st_size > 1000
     assert "weak" not in r.stderr and "projected E(P)" in r.stdout
     # the model and plots again from the JSON, running nothing
@@ -120,7 +121,9 @@ def test_a_projected_spec_that_names_a_measured_algorithm_keeps_its_measured_pre
     src = Path(__file__).resolve().parents[1] / "docs" / "bench" / "scaling-real-t3.json"
     res = json.loads(src.read_text())
     also = ["pseudo-sync:predictor=adaptive:staleness=1", "pseudo-sync:predictor=last:staleness=1"]
-    out = projection(res["measured"], res["grad_bytes"], res["buckets"], ["1gbe"], [1, 64], 0.0, also)
+    grad_bytes, shapes = scaling._grad_layout(res["config"]["model"], res["config"]["data"])
+    assert grad_bytes == res["grad_bytes"]
+    out = projection(res["measured"], grad_bytes, shapes, ["1gbe"], [1, 64], 0.0, also)
     algos = out["1gbe"]["algos"]
     for spec, measured in zip(also, ("pseudo-sync:adaptive", "pseudo-sync:last")):
         assert algos[spec]["vs_baseline_1"] == pytest.approx(algos[measured]["vs_baseline_1"])

@@ -52,12 +52,12 @@ def test_load_and_expand(tmp_path):
         ("base", 1, "sync"), ("base", 1, "pseudo-sync:last:1"), ("base", 1, "pseudo-sync:adaptive:2@fixed"),
         ("base", 2, "sync")]
     s = specs[2]
-    # the spec goes to train without the variant; the variant's options through predictor.toml
+    # the spec goes to train without the variant; the variant's options through variant.toml
     assert s.flags["algo"] == "pseudo-sync:adaptive:2" and s.flags["lr"] == 0.05
-    assert s.predictor_options == {"adapt_lambda": False, "lambda0": 0.5}
+    assert s.variant_options == {"adapt_lambda": False, "lambda0": 0.5}
     cmd = train_command(s, tmp_path / "o", "mpiexec")
     assert cmd[:3] == ["mpiexec", "-n", "1"] and "--nesterov" in cmd and "--no-scale-lr" in cmd
-    assert cmd[cmd.index("--config") + 1] == str(tmp_path / "o" / "predictor.toml")
+    assert cmd[cmd.index("--config") + 1] == str(tmp_path / "o" / "variant.toml")
     assert len(expand(g, ranks=[2], lrs=["huge"])) == 3
 
 
@@ -127,7 +127,7 @@ def test_dry_run_counts_the_runs_on_stderr(tmp_path):
 def test_at_name_without_a_variant_table_is_a_label(tmp_path):
     g = load_grid(write(tmp_path, GRID.replace("@fixed", "@mine")))
     s = [x for x in expand(g) if x.label.endswith("@mine")][0]
-    assert s.flags["algo"] == "pseudo-sync:adaptive:2@mine" and s.predictor_options == {}
+    assert s.flags["algo"] == "pseudo-sync:adaptive:2@mine" and s.variant_options == {}
 
 
 def test_aggregate_and_report(tmp_path):
@@ -166,7 +166,7 @@ def test_study_smoke_resumes_and_records_divergence(tmp_path):
     assert all(x["status"] == "ok" and x["metric"] > 0.5 and x["virtual"] for x in res["runs"])
     assert all(x["projected_step_time_s"] > 0 for x in res["runs"])
     run = out / "runs/P2-virtual/base/pseudo-sync-adaptive-2_fixed/seed0"
-    assert (run / "predictor.toml").read_text().count("=") == 2
+    assert (run / "variant.toml").read_text().count("=") == 2
     cmd = (run / "command.txt").read_text()
     assert "--virtual-ranks 2" in cmd and "mpiexec" not in cmd
     assert "VIRTUAL: the runs at P = 2 ran as threads of one process" in (out / "grid.md").read_text()

@@ -3,6 +3,7 @@
 listing and the projection accept unchanged; ranks that hold different weights
 (consensus distance, averaged-model evaluation, per-rank checkpoints that
 resume bitwise)."""
+import csv
 import json
 import subprocess
 import sys
@@ -245,3 +246,52 @@ def test_resume_from_a_directory_names_the_file(tmp_path):
     (tmp_path / "checkpoint.h5").write_bytes(b"")
     with pytest.raises(CheckpointError, match=f"{tmp_path} is a directory: pass the checkpoint file, e.g. "):
         load(tmp_path)
+
+
+def test_what_an_algorithm_declares_reaches_the_outputs(toy, tmp_path, monkeypatch, capsys):
+    """The toy algorithm's pre-run check, summary entries, trace column and
+    profile extras reach summary.json, trace.csv, the projection and trace.png
+    with nothing but its file and its (monkeypatched) table row: no generic
+    file names it (tests/test_generic_layers.py)."""
+    import matplotlib.pyplot as plt
+
+    from minips import plots
+    from minips.config import ConfigError
+    from minips.distributed.costmodel import parse_network
+    from minips.train import train
+
+    opts = dict(model="mlp", data="fashion-mnist-mini", epochs=1, batch_size=16, quiet=True, virtual_ranks=2)
+    # the pre-run check refuses before anything in --out is touched: 10000 / 2 / 16 = 312 steps
+    refused = tmp_path / "refused"
+    with pytest.raises(ConfigError, match="toy-drift: period 400 is longer than the run's 312 steps"):
+        train(**opts, algo="toy-drift:period=400", out=str(refused))
+    assert not refused.exists()
+    # ... or warns (rank 0 prints it)
+    train(**{**opts, "quiet": False}, algo="toy-drift:period=5", max_steps=2, out=str(tmp_path / "warned"))
+    assert "warning: toy-drift: --max-steps 2 stops the run before its first average" in capsys.readouterr().out
+
+    out = tmp_path / "run"
+    s = train(**opts, algo="toy-drift:period=2", max_steps=6, network="1gbe", out=str(out))
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["toy_averages"] == s["toy_averages"] == 3                     # its report()
+    assert on_disk["trace_columns"] == {"toy_weight_norm": {"title": "toy weights", "label": "||w|| after the step"}}
+    trace = list(csv.DictReader(open(out / "trace.csv")))
+    assert len(trace) == 6 and all(float(t["toy_weight_norm"]) > 0 for t in trace)
+    # profile extras: its own averaging seconds and the model's tensors, and its cost model used them
+    extras = on_disk["projected_profile_extras"]
+    assert extras["toy_tensors"] == 4 and extras["toy_extra_s"] > 0               # mlp: 2 weights, 2 biases
+    from minips.models import build_model
+    from minips.tasks import make_task
+    grad_bytes = 4.0 * sum(p.size for p in build_model("mlp", make_task("fashion-mnist-mini")).parameters())
+    prof = StepProfile(**on_disk["projected_profile_s"], grad_bytes=grad_bytes, extras=extras)
+    want = step_time("toy-drift:period=2", prof, 2, parse_network("1gbe"))
+    assert on_disk["projected_step_time_s"] == pytest.approx(want)
+    without = StepProfile(**on_disk["projected_profile_s"], grad_bytes=grad_bytes)
+    assert want == pytest.approx(step_time("toy-drift:period=2", without, 2, parse_network("1gbe"))
+                                 + extras["toy_extra_s"])
+    # trace.png: a panel for the declared column, titled as declared
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    plots.plot_trace([{**plots.load_run(out), "dir": out, "name": "toy"}], tmp_path / "t.png")
+    assert [ax.get_title() for ax in figs[0].axes] == ["training loss", "toy weights"]
+    plt.close(figs[0])

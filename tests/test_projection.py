@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
 from minips.distributed.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
                                            rabenseifner_allreduce_time, step_time, weak_scaling_efficiency)
@@ -40,7 +41,8 @@ def test_ring_and_rabenseifner_by_hand():
         rabenseifner_allreduce_time(1e6, 0, 1e-6, 1e-9)
 
 
-PROF = StepProfile(forward=0.02, backward=0.03, update=0.0, predict=0.01, other=0.0, grad_bytes=1e6,
+# extras (keywords): pseudo-sync's predictor seconds, overlap-sync's buckets
+PROF = StepProfile(forward=0.02, backward=0.03, update=0.0, other=0.0, grad_bytes=1e6, predict=0.01,
                    buckets=(3e5, 7e5))
 
 
@@ -123,14 +125,33 @@ def test_efficiency_and_interference_helpers():
 def test_profile_checks_and_from_summary():
     with pytest.raises(ValueError, match="forward must be >= 0"):
         StepProfile(-1.0, 0.0)
-    with pytest.raises(ValueError, match="buckets sum"):
-        StepProfile(0.0, 0.0, grad_bytes=10, buckets=(3, 3))
+    with pytest.raises(ValueError, match="buckets sum"):  # checked where overlap-sync's model reads them
+        step_time("overlap-sync", StepProfile(0.0, 0.0, grad_bytes=10, buckets=(3, 3)), 2, NET)
+    with pytest.raises(ValueError, match="no registered algorithm reads 'bukets'; the extras they read: buckets"):
+        StepProfile(0.0, 0.0, grad_bytes=10, bukets=(3, 7))
     s = {"step_time_s": 0.1, "time_breakdown": {"forward": 0.03, "backward": 0.04, "post": 0.001, "wait": 0.005,
                                                 "predict": 0.01, "update": 0.002}}
-    p = StepProfile.from_summary(s, 4000, (1000, 3000))
+    spec = resolve("pseudo-sync")
+    p = StepProfile.from_summary(s, 4000, extras=spec.cls.profile_extras(spec.options, (), s["time_breakdown"]))
     assert p.other == pytest.approx(0.1 - 0.088)
     assert p.compute == pytest.approx(0.03 + 0.04 + 0.002 + 0.012)
-    assert math.isclose(p.predict, 0.01)
+    assert math.isclose(p.extras["predict"], 0.01)
+
+
+def test_overlap_sync_asks_its_own_buckets():
+    """overlap-sync's profile extras are the buckets FlatParams cuts the model into at its bucket-mb."""
+    import numpy as np
+
+    from minips.distributed.flat import FlatParams
+    from minips.nn.module import Parameter
+    shapes = [(300, 500), (300,), (500, 200), (200,)]
+    params = [Parameter(np.zeros(s, np.float32)) for s in shapes]
+    for mb in (0.0, 0.3, 1.0):
+        flat = FlatParams(params, bucket_mb=mb)
+        spec = resolve(f"overlap-sync:bucket-mb={mb}")
+        got = spec.cls.profile_extras(spec.options, shapes, {})["buckets"]
+        assert got == tuple(4.0 * (b.stop - b.start) for b in flat.buckets)
+        assert sum(got) == 4.0 * flat.numel
 
 
 def test_local_update_methods_pay_one_weight_allreduce_per_average():
@@ -348,7 +369,9 @@ def test_compression_models_by_hand():
 
 
 def test_profile_shapes_must_match_the_gradient():
-    with pytest.raises(ValueError, match="shapes hold 12 floats"):
-        StepProfile(0.0, 0.0, grad_bytes=100, shapes=((3, 4),))
+    with pytest.raises(ValueError, match="shapes hold 12 floats"):  # checked where powersgd's model reads them
+        step_time("powersgd", StepProfile(0.0, 0.0, grad_bytes=100, shapes=((3, 4),)), 2, NET)
     s = {"step_time_s": 0.1, "time_breakdown": {"forward": 0.03, "backward": 0.04, "update": 0.0}}
-    assert StepProfile.from_summary(s, 48, shapes=[[3, 4]]).shapes == ((3, 4),)
+    spec = resolve("powersgd")
+    extras = spec.cls.profile_extras(spec.options, [[3, 4]], s["time_breakdown"])
+    assert StepProfile.from_summary(s, 48, extras=extras).extras["shapes"] == ((3, 4),)

@@ -29,8 +29,11 @@ def test_train_writes_metrics_and_summary(tmp_path):
     assert {"train_loss", "test_loss", "test_accuracy", "seconds"} <= set(rows[0])
     s = json.loads((out / "summary.json").read_text())
     for key in ("test_accuracy", "test_loss", "epochs", "steps", "wall_time_s", "world_size", "algo", "model",
-                "data", "seed", "images_per_s", "time_breakdown", "predictor", "staleness"):
+                "data", "seed", "images_per_s", "time_breakdown", "trace_columns"):
         assert key in s, key
+    # keys only pseudo-sync fills are its own (docs/outputs.md): a sync run has none of them
+    assert not {"predictor", "staleness", "predictor_options", "predictor_code"} & set(s)
+    assert s["trace_columns"] == {}  # sync declares no trace column for figures
     assert s["steps"] == 2 * (10000 // 256) and s["world_size"] == 1 and s["algo"] == "sync"
     assert s["test_accuracy"] > 0.7
     # the machine the times were taken on: the CPU as /proc/cpuinfo names it, and the load
@@ -53,7 +56,7 @@ def test_config_file_and_flag_override(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
     assert s["lr"] == 0.02 and s["batch_size_per_rank"] == 500 and s["steps"] == 20
-    assert s["predictor_options"] is None  # sync has no predictor
+    assert "predictor_options" not in s  # sync has no predictor
     # a predictor's options, defaults included, are recorded with the run
     cfg.write_text('model = "mlp"\nepochs = 1\nmax-steps = 3\nalgo = "pseudo-sync:adaptive"\nquiet = true\n'
                    '[predictor_options]\nrho = 0.5\n')

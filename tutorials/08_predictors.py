@@ -544,7 +544,10 @@ mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "-
 # %% [markdown]
 # Predictor options reach the command line through a TOML configuration file, in a
 # `[predictor_options]` table (`minips/config.py::load_config`; its top-level keys are the
-# long flag names, here a `label` for the tables). One more run: AESP with the options
+# long flag names, here a `label` for the tables). `--predictor adaptive --staleness 2` and
+# that table are the older flags: aliases, declared by the algorithms package
+# (`minips/distributed/algorithms/option_flags.py`), that fill the spec's options of the
+# same name, so the run below is `--algo pseudo-sync:predictor=adaptive:staleness=2:lambda0=1.0:h_max=50.0`. One more run: AESP with the options
 # it had before the project's tuning study, **full** confidence from the start
 # (`lambda0 = 1`) and a looser curvature clip (`h_max = 50`), instead of the defaults
 # (`lambda0 = 0`: behave like `last` until the regression has evidence that the

@@ -215,6 +215,10 @@ say(f"untrained model: loss {model.loss((x_b, y_b)).item():.3f} nats per token "
 # mpiexec -n 2 python -m minips train --model captioner --data moving-fmnist-captions --algo pseudo-sync --network 1gbe ...
 # ```
 #
+# (`TrainConfig(predictor="adaptive")` below is an older flag kept as an alias: it fills
+# the `predictor` option of algorithms that have one, so `pseudo-sync` runs as
+# `pseudo-sync:predictor=adaptive`, and `sync`, which has no predictor, ignores it.)
+#
 # Evaluation reports four numbers on the 500 test clips: `test_loss` and
 # `token_accuracy` under teacher forcing, and, for greedy-decoded captions, **BLEU**
 # (corpus BLEU-4 by sacrebleu, 0-100: how many 1- to 4-word sequences the captions share

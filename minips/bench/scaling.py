@@ -138,11 +138,23 @@ def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
-            "--bucket-mb", str(args.bucket_mb), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
+            *_flag_args(_option_flags(vars(args))), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
             "--overwrite"]
     if args.network:
         cmd += ["--network", args.network]
     return cmd
+
+
+def _option_flags(values: dict) -> dict:
+    """The older per-option flags (the algorithms package's ``OPTION_FLAGS``,
+    e.g. a bucket size) given in ``values`` (the arguments, or a JSON's
+    ``config``): name -> value, those not given left out."""
+    from ..distributed.algorithms.option_flags import OPTION_FLAGS
+    return {k: values[k] for k, f in OPTION_FLAGS.items() if f.type != "dict" and values.get(k) is not None}
+
+
+def _flag_args(flags: dict) -> list[str]:
+    return [a for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 def _env(threads: int) -> dict:
@@ -206,21 +218,37 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
     return rows
 
 
-def _grad_layout(model: str, data: str, bucket_mb: float) -> tuple[int, list[int], list[tuple]]:
-    """(gradient bytes, overlap-sync bucket bytes in backward order, parameter
-    shapes) of ``model``."""
-    from ..distributed.flat import FlatParams
+def _grad_layout(model: str, data: str) -> tuple[int, list[tuple]]:
+    """(gradient bytes, parameter shapes in the model's order) of ``model``."""
     from ..models import build_model
     from ..tasks import make_task
 
-    m = build_model(model, make_task(data))
-    flat = FlatParams(m.parameters(), num_grad_buffers=1, bucket_mb=bucket_mb)
-    return flat.numel * 4, [b.nbytes for b in flat.buckets], [tuple(p.shape) for p in m.parameters()]
+    params = build_model(model, make_task(data)).parameters()
+    return 4 * sum(p.size for p in params), [tuple(p.shape) for p in params]
 
 
-def _profile(row: dict, grad_bytes: int, buckets, shapes=()):
+def _profile(row: dict, grad_bytes: int, spec: str | None = None, shapes=(), flags=None, phases=None):
+    """The StepProfile of a measured ``row`` (its summary), with the extras
+    the algorithm of ``spec`` reads (``Algorithm.profile_extras``, from the
+    model's ``shapes`` and ``phases``, default the row's own breakdown); none
+    without a spec."""
     from ..distributed.projection import StepProfile
-    return StepProfile.from_summary(row, grad_bytes, buckets, shapes=shapes)
+    return StepProfile.from_summary(row, grad_bytes, extras=_extras(spec, shapes, flags, row["time_breakdown"]
+                                                                    if phases is None else phases))
+
+
+def _extras(spec: str | None, shapes, flags, phases: dict) -> dict:
+    """What the algorithm of ``spec`` (with the older per-option ``flags`` as
+    defaults) reads from a StepProfile, from the model's ``shapes`` and the
+    measured seconds per phase ``phases``."""
+    from ..distributed.algorithms import resolve
+    if spec is None:
+        return {}
+    try:
+        a = resolve(spec, flags)
+    except ValueError:  # an old JSON's free-form label
+        return {}
+    return a.cls.profile_extras(a.options, shapes, phases)
 
 
 def _own_compute(row: dict) -> float:
@@ -231,10 +259,13 @@ def _own_compute(row: dict) -> float:
                if k not in ("forward", "backward", "update", "post", "wait"))
 
 
-def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interference: float = 1.0) -> list[dict]:
+def model_check(rows: list[dict], grad_bytes: int, shapes=(), fit_net=None, interference: float = 1.0,
+                flags=None) -> list[dict]:
     """Predicted vs measured step time at each measured P > 1, from the P = 1
     profile of the same algorithm and (a) the measured blocking allreduce time
-    at that P, (b) the fitted network ``fit_net`` (if given)."""
+    at that P, (b) the fitted network ``fit_net`` (if given). ``shapes``: the
+    model's parameter shapes; ``flags``: the older per-option flags the runs
+    were given (both for the algorithm's profile extras)."""
     from ..distributed.costmodel import NetworkModel
     from ..distributed.projection import step_time
 
@@ -243,7 +274,7 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
         base = next((b for b in rows if b["label"] == r["label"] and b["P"] == 1), None)
         if r["P"] == 1 or base is None:
             continue
-        prof = _profile(base, grad_bytes, buckets)
+        prof = _profile(base, grad_bytes, _spec_of(r), shapes, flags)
         def f(profile, P, net, phi, spec=r["algo"]):
             return step_time(spec, profile, P, net, phi)
         res = {"P": r["P"], "label": r["label"], "measured_s": r["step_time_s"], "interference": interference}
@@ -256,9 +287,9 @@ def model_check(rows: list[dict], grad_bytes: int, buckets, fit_net=None, interf
             res["comm_alone_s"] = r["comm_alone_s"]
             # The same, with the compute measured at this P (isolates the
             # communication model from the compute slowing down on a shared node).
-            own = _profile(r, grad_bytes, buckets)
+            own = _profile(r, grad_bytes, _spec_of(r), shapes, flags)
             res["predicted_own_compute_s"] = f(own, r["P"], net, interference)
-            res["compute_s"], res["compute_P1_s"] = own.compute + own.predict, prof.compute + prof.predict
+            res["compute_s"], res["compute_P1_s"] = own.compute + _own_compute(r), prof.compute + _own_compute(base)
         if fit_net is not None:
             res["predicted_fit_s"] = f(prof, r["P"], fit_net, interference)
             res["fit_comm_s"] = fit_net.allreduce_time(grad_bytes, r["P"])
@@ -291,24 +322,26 @@ def _same_algorithm(a: str, b: str) -> bool:
     return ra.cls is rb.cls and ra.options == rb.options
 
 
-def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interference: float = 0.0,
-               also=(), shapes=()) -> dict:
+def projection(rows: list[dict], grad_bytes: int, shapes, networks, Ps, interference: float = 0.0,
+               also=(), flags=None) -> dict:
     """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
 
     At P = 1 every algorithm computes the same thing, and their measured
     compute differs only by noise; so all share one compute profile (forward,
     backward, update, other: the baseline's P = 1 row, else the first P = 1 row),
-    and each adds its own measured extra compute (predictor, compressor, ...).
+    and each adds what its cost model reads beyond it (``Algorithm.profile_extras``
+    from its own measured phases and the model's parameter ``shapes``, e.g. its
+    extra compute or its buckets; ``flags``: the older per-option flags the
+    runs were given).
     ``also``: further algorithm specs projected from that shared profile with
     no measured extra compute (not measured; what their model computes itself,
     e.g. compression at its per-entry cost, is in their ``step_time``), unless
     one resolves to the same algorithm and options as a measured row: then it
-    gets that row's extra compute.
-    ``shapes``: the model's parameter shapes (for PowerSGD's factor sizes)."""
+    gets that row's extras."""
     from ..distributed.costmodel import parse_network
     from ..distributed.projection import project
 
-    profiles, baseline = _profiles(rows, grad_bytes, buckets, also, shapes)
+    profiles, baseline = _profiles(rows, grad_bytes, shapes, also, flags)
     out = {}
     for name in networks:
         net = parse_network(name)
@@ -317,20 +350,22 @@ def projection(rows: list[dict], grad_bytes: int, buckets, networks, Ps, interfe
     return out
 
 
-def _profiles(rows, grad_bytes, buckets, also=(), shapes=()):
+def _profiles(rows, grad_bytes, shapes, also=(), flags=None):
     """(spec -> StepProfile, baseline spec or None) for the projections: see :func:`projection`."""
     import dataclasses
 
     ones = [r for r in rows if r["P"] == 1]
     if not ones:
         raise ScalingError("the projection needs a P = 1 measurement: include 1 in --ranks")
-    base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes, buckets, shapes)
-    profiles = {_spec_of(r): dataclasses.replace(base, predict=_own_compute(r)) for r in ones}
+    base = _profile(next((r for r in ones if r["algo"] == BASELINE), ones[0]), grad_bytes)  # the shared compute
+    profiles = {_spec_of(r): dataclasses.replace(base, extras=_extras(_spec_of(r), shapes, flags, r["time_breakdown"]))
+                for r in ones}
     for spec in also:
-        # a spec written differently from a measured one (pseudo-sync:predictor=adaptive:staleness=1 for the
-        # measured pseudo-sync:adaptive) is the same algorithm: it gets that run's extra compute, not none
+        # a spec written differently from a measured one (the same algorithm and options) is the
+        # same algorithm: it gets that run's measured extras, not none
         twin = next((m for m in list(profiles) if _same_algorithm(m, spec)), None)
-        profiles.setdefault(spec, profiles[twin] if twin else base)
+        profiles.setdefault(spec, profiles[twin] if twin else
+                            dataclasses.replace(base, extras=_extras(spec, shapes, flags, {})))
     return profiles, (BASELINE if BASELINE in profiles else None)
 
 
@@ -339,8 +374,8 @@ PROJECT_NODES = (1, 2, 4, 8, 16, 32, 64, 128)
 PROJECT_RANKS_PER_NODE = (24, 48, 96)
 
 
-def node_projection(rows: list[dict], grad_bytes: int, buckets, networks, nodes=PROJECT_NODES,
-                    ranks_per_node=PROJECT_RANKS_PER_NODE, interference: float = 0.0, also=(), shapes=(),
+def node_projection(rows: list[dict], grad_bytes: int, shapes, networks, nodes=PROJECT_NODES,
+                    ranks_per_node=PROJECT_RANKS_PER_NODE, interference: float = 0.0, also=(), flags=None,
                     shm=None) -> dict:
     """``--project``: E over N nodes of R ranks each (P = N R ranks, a rank per
     core), flat and hierarchical allreduce, for every network, R and algorithm
@@ -355,7 +390,7 @@ def node_projection(rows: list[dict], grad_bytes: int, buckets, networks, nodes=
     from ..distributed.projection import ALLREDUCE_PATHS, project_nodes
 
     shm = shm or SHARED_MEMORY
-    profiles, _ = _profiles(rows, grad_bytes, buckets, also, shapes)
+    profiles, _ = _profiles(rows, grad_bytes, shapes, also, flags)
     out = {}
     for name in networks:
         net = parse_network(name)
@@ -414,7 +449,7 @@ def _family(spec: str) -> str:
 
 def _print_measured(rows, say):
     say(f"\n{'algorithm':<24}{'P':>3} {'step ms':>9} {'images/s':>9} {'E(P)':>6} {'fwd+bwd':>8} {'wait':>7} "
-        f"{'predict':>8} {'update':>7} {'other':>7} {'allreduce alone':>16} {'overlap eff':>12}")
+        f"{'own':>8} {'update':>7} {'other':>7} {'allreduce alone':>16} {'overlap eff':>12}")
     for r in rows:
         b = r["time_breakdown"]
         other = r["step_time_s"] - sum(b.values())
@@ -422,7 +457,7 @@ def _print_measured(rows, say):
         oe = "-" if r.get("overlap_efficiency") is None else f"{r['overlap_efficiency']:.2f}"
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
         say(f"{r['label']:<24}{r['P']:>3} {1e3 * r['step_time_s']:9.2f} {r['images_per_s']:9.0f} {eff:>6} "
-            f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * b['predict']:8.2f} "
+            f"{1e3 * (b['forward'] + b['backward']):8.2f} {1e3 * b['wait']:7.2f} {1e3 * _own_compute(r):8.2f} "
             f"{1e3 * b['update']:7.2f} {1e3 * other:7.2f} {ca:>16} {oe:>12}")
     notes = []
     if any(r["efficiency"] is None for r in rows):
@@ -431,7 +466,8 @@ def _print_measured(rows, say):
         notes.append("allreduce alone -: one rank, nothing to communicate")
     if any(r.get("overlap_efficiency") is None for r in rows):
         notes.append("overlap eff -: one rank, or an algorithm that does not allreduce the gradient every step")
-    say("  (times in ms per step; other = the step minus its phases: data, logging"
+    say("  (times in ms per step; own = the algorithm's own compute (its phases other than forward, backward, "
+        "update, post and wait); other = the step minus its phases: data, logging"
         + "".join(f"; {n}" for n in notes) + ")")
     superlinear = [f"{r['label']} at P = {r['P']}" for r in rows if r["efficiency"] and r["efficiency"] > 1.05]
     if superlinear:
@@ -695,16 +731,18 @@ def run(args) -> int:
         load_start = _load_avg()
         t0 = time.time()
         rows = measure(args, entries, ranks, out_dir, say)
-        result = {"config": {k: getattr(args, k) for k in ("model", "data", "batch_size", "steps", "lr", "threads",
-                                                           "repeats", "progress", "bucket_mb", "network", "algos",
-                                                           "ranks")},
+        result = {"config": {**{k: getattr(args, k) for k in ("model", "data", "batch_size", "steps", "lr",
+                                                              "threads", "repeats", "progress", "network", "algos",
+                                                              "ranks")},
+                             **_option_flags(vars(args))},
                   "host": {"name": os.uname().nodename, "cores": cores, "cpu": cpuinfo.describe(),
                            "load_start": load_start,
                            "load_end": _load_avg(), "seconds": time.time() - t0, "python": sys.version.split()[0]},
                   "measured": rows}
     cfg = result["config"]
-    grad_bytes, buckets, shapes = _grad_layout(cfg["model"], cfg["data"], cfg["bucket_mb"])
-    result["grad_bytes"], result["buckets"] = grad_bytes, buckets
+    flags = _option_flags(cfg)
+    grad_bytes, shapes = _grad_layout(cfg["model"], cfg["data"])
+    result["grad_bytes"], result["shapes"] = grad_bytes, shapes
     fit_net, phi_fit = (None, None)
     if args.comm_json:
         fit_net, phi_fit = _comm_fit(args.comm_json)
@@ -712,23 +750,23 @@ def run(args) -> int:
         phi = phi_fit if phi_fit is not None else 1.0
     else:
         phi = float(args.interference)
-    result["model_check"] = model_check(rows, grad_bytes, buckets, fit_net, phi)
+    result["model_check"] = model_check(rows, grad_bytes, shapes, fit_net, phi, flags)
     result["comm_json"] = args.comm_json
     Ps = [2**i for i in range(0, int(args.project_max).bit_length()) if 2**i <= args.project_max]
     nets = [n for n in args.project_networks.split(",") if n.strip()]
     result["project_interference"] = args.project_interference
     also = project_also(args.project_also, rows)
     result["project_also"] = also
-    result["projection"] = projection(rows, grad_bytes, buckets, nets, Ps, args.project_interference,
-                                      also, shapes) if nets else {}
+    result["projection"] = projection(rows, grad_bytes, shapes, nets, Ps, args.project_interference,
+                                      also, flags) if nets else {}
     result["paper_points"] = reported_points()
     if args.project:
         from ..distributed.costmodel import SharedMemoryModel
         shm = SharedMemoryModel(args.intra_latency * 1e-6, args.intra_bandwidth * 1e9)
         rpn = [int(x) for x in str(args.project_ranks_per_node).split(",") if x.strip()]
         nodes = [n for n in PROJECT_NODES if n <= args.project_nodes]
-        result["node_projection"] = node_projection(rows, grad_bytes, buckets, nets, nodes, rpn,
-                                                    args.project_interference, also, shapes, shm)
+        result["node_projection"] = node_projection(rows, grad_bytes, shapes, nets, nodes, rpn,
+                                                    args.project_interference, also, flags, shm)
     _print_measured(rows, say)
     _print_check(result["model_check"], say)
     _print_projection(result["projection"], say)
@@ -764,8 +802,11 @@ def add_arguments(p):
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS threads per rank (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per point; the median step time is reported")
     p.add_argument("--progress", default="poll", choices=["none", "poll", "thread"], help="progress mode")
-    p.add_argument("--bucket-mb", type=float, default=1.0, help="the 'bucket-mb' option (MiB) of algorithms "
-                                                                "that have one")
+    from ..distributed.algorithms.option_flags import OPTION_FLAGS
+    for name, flag in OPTION_FLAGS.items():  # the older per-option flags, passed to every run as train takes them
+        if flag.type != "dict":
+            p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=flag.python_type,
+                           help=flag.help + "; given to every run")
     p.add_argument("--network", help="emulate an interconnect in the measured runs (as in train)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when the ranks fit on the cores (default on)")

@@ -30,7 +30,8 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     scale-lr = false
     warmup-epochs = 0.0
 
-    [variants.rho99]            # predictor options, selected by "@rho99" in algos
+    [variants.rho99]            # options of the algorithm's options table (its Options.EXTRA:
+                                # pseudo-sync's predictor options), selected by "@rho99" in algos
     rho = 0.99
 
     [env]                       # environment of every run (threads per rank)
@@ -46,8 +47,9 @@ and times to the target use the cost model's projected step time.
 
 ``algos`` entries are algorithm specs as in ``compare``
 (``NAME[:key=value]...[@LABEL]``, or the short ``NAME:PREDICTOR:K``); an
-``@NAME`` that names a ``[variants.NAME]`` table selects those predictor
-options, any other ``@NAME`` is just the run's label.
+``@NAME`` that names a ``[variants.NAME]`` table selects those options (they
+go to the algorithm's options table, ``Options.EXTRA``, e.g. pseudo-sync's
+predictor options), any other ``@NAME`` is just the run's label.
 
 Every run writes ``OUT/runs/P{P}/{lr}/{label}/seed{s}/`` (the train outputs);
 a run whose ``summary.json`` exists is skipped, so an interrupted study
@@ -124,9 +126,9 @@ def _split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str 
         spec = resolve(body if variant else entry)
     except ValueError as e:
         raise StudyError(f"{where}algos entry {entry!r}: {e}") from None
-    if variant and "predictor_options" not in spec.options_dict():
-        raise StudyError(f"{where}algos entry {entry!r}: [variants.{variant}] holds predictor options, but "
-                         f"{spec.name} has no predictor; drop @{variant} or use another label")
+    if variant and getattr(spec.cls.Options, "EXTRA", None) is None:
+        raise StudyError(f"{where}algos entry {entry!r}: [variants.{variant}] holds options for the algorithm's "
+                         f"options table, but {spec.name} has none; drop @{variant} or use another label")
     return (body if variant else entry), variant
 
 
@@ -172,7 +174,7 @@ class RunSpec:
     label: str
     seed: int
     flags: dict
-    predictor_options: dict
+    variant_options: dict
     virtual: bool = False
 
     def out(self, root) -> Path:
@@ -308,14 +310,18 @@ def _flag_args(flags: dict) -> list[str]:
 def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
     """The ``mpiexec -n P python -m minips train ...`` command of one run, or
     ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
-    option explicit; predictor options through ``OUT/predictor.toml``; ``--overwrite``: a
+    option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
     finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
     launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
     args = [*launch, "-m", "minips", "train", *_flag_args(spec.flags),
             "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
-    if spec.predictor_options:
-        args += ["--config", str(out / "predictor.toml")]
+    if spec.variant_options:
+        args += ["--config", str(out / VARIANT_TOML)]
     return args
+
+
+#: the config file of a run with a variant (its options as a TOML table)
+VARIANT_TOML = "variant.toml"
 
 
 def _toml_value(v) -> str:
@@ -333,9 +339,11 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     if (out / "summary.json").exists():
         return {**rec, **_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     out.mkdir(parents=True, exist_ok=True)
-    if spec.predictor_options:
-        (out / "predictor.toml").write_text(
-            "[predictor_options]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.predictor_options.items()))
+    if spec.variant_options:  # a TOML table named as the algorithm's options table
+        from ..distributed.algorithms import resolve
+        table = resolve(spec.flags["algo"]).cls.Options.EXTRA
+        (out / VARIANT_TOML).write_text(
+            f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
     cmd = train_command(spec, out, mpiexec)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
     env.update(grid.env)

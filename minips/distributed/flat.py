@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FlatParams", "Bucket"]
+__all__ = ["FlatParams", "Bucket", "bucket_groups"]
 
 
 @dataclass
@@ -44,6 +44,27 @@ class Bucket:
     @property
     def nbytes(self) -> int:
         return (self.stop - self.start) * 4
+
+
+def bucket_groups(sizes, bucket_mb: float) -> list[list[int]]:
+    """The parameters of each bucket, in backward order (the last parameter
+    first): a bucket closes once it holds at least ``bucket_mb`` MiB of float32
+    (one parameter is never split); ``0`` or ``inf`` = one bucket.
+
+    Args:
+        sizes: the number of elements of each parameter, in the model's order.
+    """
+    limit = np.inf if not bucket_mb or bucket_mb == np.inf else bucket_mb * 2**20 / 4
+    groups, ids, held = [], [], 0
+    for i in reversed(range(len(sizes))):
+        ids.append(i)
+        held += int(sizes[i])
+        if held >= limit:
+            groups.append(ids)
+            ids, held = [], 0
+    if ids:
+        groups.append(ids)
+    return groups
 
 
 class FlatParams:
@@ -112,16 +133,10 @@ class FlatParams:
         return buf[o:o + self.params[i].size].reshape(self.params[i].shape)
 
     def _make_buckets(self, order, bucket_mb):
-        limit = np.inf if not bucket_mb or bucket_mb == np.inf else bucket_mb * 2**20 / 4
-        buckets, ids, start = [], [], 0
-        for i in order:
-            ids.append(i)
-            stop = self.offsets[i] + self.params[i].size
-            if stop - start >= limit:
-                buckets.append(Bucket(len(buckets), start, stop, ids))
-                ids, start = [], stop
-        if ids:
-            buckets.append(Bucket(len(buckets), start, self.numel, ids))
+        buckets = []
+        for ids in bucket_groups([p.size for p in self.params], bucket_mb):
+            start = self.offsets[ids[0]]
+            buckets.append(Bucket(len(buckets), start, start + sum(self.params[i].size for i in ids), ids))
         return buckets
 
     def use_grad_buffer(self, k: int) -> None:

@@ -20,7 +20,7 @@ the same algorithm.
    or the hierarchical one of :mod:`~minips.distributed.costmodel`, with the
    node's memory as :class:`~minips.distributed.costmodel.SharedMemoryModel`),
    and the per-node compute time (forward, backward,
-   update, predictor, other) is the one measured on one node, independent of P
+   update, other, and the algorithm's own extra compute) is the one measured on one node, independent of P
    (:class:`StepProfile`). Stragglers, OS noise and data loading at scale are
    ignored (they lower the real efficiency).
 2. *The allreduce is a ring* (reduce-scatter + allgather;
@@ -60,62 +60,65 @@ __all__ = ["ALLREDUCE_PATHS", "StepProfile", "rabenseifner_allreduce_time", "all
            "weak_scaling_efficiency", "project", "project_nodes", "overtakes_at", "interference_from_overlap"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StepProfile:
     """What one node spends per training step, measured without communication.
 
     Attributes (seconds per step unless stated):
         forward, backward: the compute phases.
         update: the optimizer.
-        predict: the gradient predictor (pseudo-sync only; 0 for sync).
         other: the rest of the iteration (data slicing, logging).
         grad_bytes: bytes of the gradient allreduced each step (4 x parameters).
-        buckets: bytes of each overlap-sync bucket, in backward order (sums to
-            ``grad_bytes``); empty = one bucket.
-        shapes: the model's parameter shapes (tuples of ints), for cost
-            models that depend on the layers (PowerSGD's factor sizes);
-            empty = unknown (such a model then estimates from grad_bytes).
+        extras: what an algorithm's cost model reads beyond these, by name
+            (each registered algorithm declares its own in ``PROFILE_EXTRAS``
+            and computes them with ``profile_extras``; e.g. a predictor's
+            seconds per step, bucket sizes, the layers' shapes). Given as a
+            dict or as further keywords: ``StepProfile(f, b, grad_bytes=n, shapes=...)``.
 
     Raises:
-        ValueError: a negative time, or buckets or shapes that do not sum to grad_bytes.
+        ValueError: a negative time, or an extra that no registered algorithm reads.
     """
     forward: float
     backward: float
     update: float = 0.0
-    predict: float = 0.0
     other: float = 0.0
     grad_bytes: float = 0.0
-    buckets: tuple = field(default_factory=tuple)
-    shapes: tuple = field(default_factory=tuple)
+    extras: dict = field(default_factory=dict)
 
-    def __post_init__(self):
-        for name in ("forward", "backward", "update", "predict", "other", "grad_bytes"):
+    def __init__(self, forward: float, backward: float, update: float = 0.0, other: float = 0.0,
+                 grad_bytes: float = 0.0, extras: dict | None = None, **more):
+        for name, value in (("forward", forward), ("backward", backward), ("update", update), ("other", other),
+                            ("grad_bytes", grad_bytes), ("extras", {**(extras or {}), **more})):
+            object.__setattr__(self, name, value)
+        for name in ("forward", "backward", "update", "other", "grad_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"StepProfile.{name} must be >= 0, got {getattr(self, name)}")
-        if self.buckets and not math.isclose(sum(self.buckets), self.grad_bytes, rel_tol=1e-9):
-            raise ValueError(f"StepProfile: buckets sum to {sum(self.buckets)} bytes, grad_bytes is {self.grad_bytes}")
-        if self.shapes and not math.isclose(4 * sum(math.prod(s) for s in self.shapes), self.grad_bytes,
-                                            rel_tol=1e-9):
-            raise ValueError(f"StepProfile: shapes hold {sum(math.prod(s) for s in self.shapes)} floats "
-                             f"(4 bytes each), grad_bytes is {self.grad_bytes}")
+        if self.extras:
+            from .algorithms import ALGORITHMS
+            known = {n for cls in ALGORITHMS.values() for n in cls.PROFILE_EXTRAS}
+            unknown = sorted(set(self.extras) - known)
+            if unknown:
+                raise ValueError(f"StepProfile: no registered algorithm reads {', '.join(map(repr, unknown))}; "
+                                 f"the extras they read: {', '.join(sorted(known)) or 'none'}")
 
     @property
     def compute(self) -> float:
-        """Seconds of everything but communication and the predictor."""
+        """Seconds of forward, backward, update and other (not communication,
+        not an algorithm's own extras)."""
         return self.forward + self.backward + self.update + self.other
 
     @classmethod
-    def from_summary(cls, summary: dict, grad_bytes: float, buckets=(), include_other: bool = True,
-                     shapes=()) -> "StepProfile":
+    def from_summary(cls, summary: dict, grad_bytes: float, include_other: bool = True,
+                     extras: dict | None = None) -> "StepProfile":
         """From a ``summary.json`` of ``train`` (its ``time_breakdown`` and
         ``step_time_s``); ``other`` = step time minus the phases, minus wait
-        and post (so a summary from a multi-rank run gives its compute only)."""
+        and post (so a summary from a multi-rank run gives its compute only);
+        ``extras`` as the algorithm's ``profile_extras`` gives them."""
         b = summary["time_breakdown"]
         phases = sum(b.values())
         other = max(0.0, summary["step_time_s"] - phases) if include_other else 0.0
-        return cls(forward=b["forward"], backward=b["backward"], update=b["update"], predict=b.get("predict", 0.0),
-                   other=other, grad_bytes=float(grad_bytes), buckets=tuple(float(x) for x in buckets),
-                   shapes=tuple(tuple(int(n) for n in s) for s in shapes))
+        return cls(forward=b["forward"], backward=b["backward"], update=b["update"], other=other,
+                   grad_bytes=float(grad_bytes), extras=extras)
 
 
 def rabenseifner_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
@@ -191,7 +194,7 @@ class _Interconnect:
 def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0, algorithm: str = "ring",
               ranks_per_node: int = 1, path: str = "flat", shm: SharedMemoryModel | None = None) -> float:
     """Seconds per step of the algorithm ``spec`` (a spec string such as
-    ``sync`` or ``pseudo-sync:predictor=adaptive``, or an AlgoSpec) at ``P``
+    ``local-sgd:period=8``, or an AlgoSpec) at ``P``
     nodes: its own cost model (``step_time`` next to its update rule in
     :mod:`minips.distributed.algorithms`) on ``net`` with the ``algorithm``
     allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4);
@@ -229,9 +232,9 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     """Step time and E(P) of each algorithm at each P.
 
     Args:
-        profiles: algorithm spec (e.g. ``sync``, ``pseudo-sync:adaptive``,
-            ``overlap-sync:bucket-mb=4@ddp``) -> :class:`StepProfile` (including
-            the algorithm's own extra compute, e.g. the predictor).
+        profiles: algorithm spec (e.g. ``sync`` or ``local-sgd:period=8@ls8``)
+            -> :class:`StepProfile` (with the algorithm's own extras, e.g. its
+            extra compute per step).
         net: the interconnect (NetworkModel, preset name or ``alpha=..,beta=..``).
         Ps: node counts (each >= 1).
         interference: phi of assumption 4.

@@ -26,6 +26,14 @@ samples in this rank's batch). What an algorithm may change: the learning rate
 micro-batches whose gradients one step accumulates (:meth:`micro_batches`),
 the number of loader batches one step consumes (:meth:`batches_per_step`),
 and the optimizer step itself (override :meth:`apply_update`).
+
+What the generic layers (``train``, the summary, ``plot``, the projection,
+``bench scaling``) ask an algorithm, so that none of them names one:
+:meth:`preflight` (may refuse a run, before anything in ``--out`` is touched,
+or warn), :meth:`report` (its entries in summary.json), :meth:`trace_columns`
+(the per-step columns of ``self.log`` that ``plot`` draws, with their titles)
+and :meth:`profile_extras` (what its cost model reads from a
+:class:`~minips.distributed.projection.StepProfile` beyond the shared fields).
 """
 from __future__ import annotations
 
@@ -40,7 +48,7 @@ from ...timing import StepTimer
 from ..flat import FlatParams
 from .spec import build_options, options_dict
 
-__all__ = ["Algorithm", "FlatHandle", "NoOptions", "StepContext"]
+__all__ = ["Algorithm", "FlatHandle", "NoOptions", "RunPlan", "StepContext"]
 
 
 class FlatHandle:
@@ -86,6 +94,25 @@ class StepContext:
     planned_steps: int = 0
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is about to do, for :meth:`Algorithm.preflight`.
+
+    Attributes:
+        planned_steps: epochs x steps per epoch (the learning-rate schedule's span).
+        total_steps: the steps this run will reach (``--max-steps`` may stop it
+            earlier than ``planned_steps``).
+        resumed: whether the run continues a checkpoint (``--resume``).
+        world_size: the number of ranks P.
+        max_steps: ``--max-steps`` as given (0 = no limit).
+    """
+    planned_steps: int
+    total_steps: int
+    resumed: bool = False
+    world_size: int = 1
+    max_steps: int = 0
+
+
 class Algorithm:
     """Base class of data-parallel training algorithms.
 
@@ -125,6 +152,12 @@ class Algorithm:
     #: identical (e.g. error-feedback memories): checkpoints then store every rank's state
     per_rank_state = False
     Options = NoOptions
+    #: per-step columns of ``self.log`` that ``plot`` draws (one panel each in
+    #: trace.png): name -> (panel title, axis label); see :meth:`trace_columns`
+    TRACE_COLUMNS: dict = {}
+    #: what :meth:`step_time` reads from ``StepProfile.extras``: name -> meaning;
+    #: :meth:`profile_extras` computes them
+    PROFILE_EXTRAS: dict = {}
 
     def __init__(self, params, optimizer, comm, options=None, **kw):
         if options is not None and kw:
@@ -167,6 +200,37 @@ class Algorithm:
             NotImplementedError: the algorithm has no cost model.
         """
         raise NotImplementedError(f"{cls.name} has no step-time model")
+
+    @classmethod
+    def preflight(cls, options, plan: RunPlan) -> list[str]:
+        """Check a run with these options against its ``plan`` before anything
+        in ``--out`` is touched (the Trainer calls it on every rank).
+
+        Returns:
+            warnings to print (one line each; empty: nothing to say).
+
+        Raises:
+            ValueError: the run cannot do what is asked; one line that names
+                the fix (the Trainer refuses the run with it).
+        """
+        return []
+
+    @classmethod
+    def trace_columns(cls, options) -> dict:
+        """The columns of ``self.log`` (trace.csv) worth a figure with these
+        options: name -> (panel title, axis label). summary.json lists them
+        (``trace_columns``) and ``plot`` draws one panel per column (default:
+        :data:`TRACE_COLUMNS`)."""
+        return dict(cls.TRACE_COLUMNS)
+
+    @classmethod
+    def profile_extras(cls, options, shapes, phases: dict) -> dict:
+        """The ``StepProfile.extras`` its :meth:`step_time` reads (named in
+        :data:`PROFILE_EXTRAS`), for a model with parameter ``shapes`` (tuples
+        of ints, in the model's order) and the seconds per step of each timed
+        phase measured on one rank (``phases``, e.g. a summary's
+        ``time_breakdown``; empty: not measured). Default: none."""
+        return {}
 
     def num_grad_buffers(self) -> int:
         """Flat gradient buffers to allocate (pseudo-sync rotates k+1)."""
@@ -331,7 +395,8 @@ class Algorithm:
         self.step_count = int(state.get("step_count", 0))
 
     def report(self) -> dict:
-        """Extra entries for summary.json (e.g. the predictor's full options)."""
+        """This run's own entries for summary.json, e.g. its diagnostics or the
+        predictor's full options (keys the generic summary does not use)."""
         return {}
 
     def options_dict(self) -> dict:

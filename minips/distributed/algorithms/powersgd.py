@@ -42,6 +42,7 @@ Options: ``rank`` (r, default 2), ``start`` (0), ``error_feedback`` (true), ``se
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,18 +117,28 @@ class PowerSGD(Algorithm):
                 plain += int(np.prod(shape)) if shape else 1
         return mats, sum(n * r for _, n, _ in mats) + plain, sum(m * r for _, _, m in mats)
 
+    PROFILE_EXTRAS = {"shapes": "the model's parameter shapes (tuples of ints, holding grad_bytes / 4 floats); "
+                                "absent: estimated from grad_bytes"}
+
+    @classmethod
+    def profile_extras(cls, options, shapes, phases) -> dict:
+        return {"shapes": tuple(tuple(int(n) for n in s) for s in shapes)}
+
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """``T = compute + 4 r sum(n m) / FLOPS + A(4 p) + A(4 q)``: two
         blocking allreduces of the factors, p = ``sum r n + uncompressed``
         floats and q = ``sum r m``, with n x m the compressed matrices of
-        :meth:`plan` (from ``profile.shapes``). Without shapes the profile
+        :meth:`plan` (from the profile's ``shapes``). Without shapes the profile
         gives only d = grad_bytes / 4, and the model is taken as one square
         ``sqrt(d) x sqrt(d)`` matrix (an estimate: p = q = r sqrt(d)). The
         steady state: the ``start`` steps of plain allreduce are not counted."""
-        r = options.rank
-        if profile.shapes:
-            mats, p, q = cls.plan(profile.shapes, r)
+        r, shapes = options.rank, profile.extras.get("shapes")
+        if shapes:
+            if not math.isclose(4 * sum(math.prod(s) for s in shapes), profile.grad_bytes, rel_tol=1e-9):
+                raise ValueError(f"StepProfile: shapes hold {sum(math.prod(s) for s in shapes)} floats "
+                                 f"(4 bytes each), grad_bytes is {profile.grad_bytes}")
+            mats, p, q = cls.plan(shapes, r)
             flops = 4 * r * sum(n * m for _, n, m in mats)
         else:
             d = profile.grad_bytes / 4

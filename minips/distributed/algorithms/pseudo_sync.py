@@ -135,6 +135,32 @@ class PseudoSyncSGD(Algorithm):
             out[name] = {n: p.default for n, p in sig.parameters.items() if n not in ("self", "staleness")}
         return out
 
+    # --- what the generic layers ask (base.Algorithm's hooks) ----------------------------
+    TRACE_COLUMNS = {"lambda": ("predictor confidence", "lambda (confidence in history)"),
+                     "cos_forecast": ("forecast quality", "cos(forecast, arrived gradient)")}
+    PROFILE_EXTRAS = {"predict": "seconds per step of the predictor (the 'predict' phase), on top of compute"}
+
+    @classmethod
+    def profile_extras(cls, options, shapes, phases) -> dict:
+        return {"predict": float(phases.get("predict", 0.0))}
+
+    @classmethod
+    def preflight(cls, options, plan) -> list[str]:
+        """A staleness at or above the number of steps: a gradient is applied
+        ``staleness`` steps after it is computed, so no update would ever be
+        applied. Refused when the whole run is that short; only a warning
+        when ``--max-steps`` cuts it (a resumed run goes on training)."""
+        k = options.staleness
+        if plan.resumed or k < plan.total_steps:
+            return []
+        why = (f"staleness {k} (--staleness or the spec's staleness=) is at or above the run's {{n}} steps: every "
+               "gradient would be applied after the run ends, so nothing would be trained")
+        if k >= plan.planned_steps:
+            raise ValueError(why.format(n=plan.planned_steps) + f"; use a staleness below {plan.planned_steps} or "
+                             "train longer (--epochs)")
+        return [why.format(n=plan.total_steps) + f" before --max-steps {plan.max_steps} stops it; give --max-steps "
+                f"above {k} unless this run is to be resumed"]
+
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """The allreduce of step t hides behind step t+1::
@@ -145,7 +171,7 @@ class PseudoSyncSGD(Algorithm):
         With phi = 0, ``T = max(C, A)``; with phi = 1, ``T = C + A``. The
         staleness does not change the steady state: the network carries one
         allreduce at a time, so a step lasts at least one allreduce for any k."""
-        C = profile.compute + profile.predict
+        C = profile.compute + profile.extras.get("predict", 0.0)
         A = net.allreduce_time(profile.grad_bytes, P)
         return C + phi * min(A, C) + max(0.0, A - C)
 

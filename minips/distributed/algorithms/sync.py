@@ -19,8 +19,10 @@ batches is the mean). Two ways to communicate:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from ..flat import bucket_groups
 from .base import Algorithm
 
 __all__ = ["SyncSGD", "OverlapSyncSGD"]
@@ -77,6 +79,15 @@ class OverlapSyncSGD(Algorithm):
     def bucket_mb(self) -> float:
         return self.options.bucket_mb
 
+    PROFILE_EXTRAS = {"buckets": "bytes of each bucket in backward order (sums to grad_bytes); absent: one bucket"}
+
+    @classmethod
+    def profile_extras(cls, options, shapes, phases) -> dict:
+        """The buckets :class:`~minips.distributed.flat.FlatParams` cuts a model
+        of these parameter ``shapes`` into at ``bucket_mb``."""
+        sizes = [math.prod(s) for s in shapes]
+        return {"buckets": tuple(4.0 * sum(sizes[i] for i in ids) for ids in bucket_groups(sizes, options.bucket_mb))}
+
     @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """Per-bucket allreduce posted during backward; buckets go one after the
@@ -86,8 +97,13 @@ class OverlapSyncSGD(Algorithm):
             A_total = sum_b A(bucket_b);  hidden = min(A_total - A_last, backward)
             T = compute + phi * hidden + (A_total - hidden)
 
-        With one bucket nothing is hidden and it equals sync."""
-        buckets = profile.buckets or (profile.grad_bytes,)
+        With one bucket nothing is hidden and it equals sync.
+
+        Raises:
+            ValueError: buckets that do not sum to ``grad_bytes``."""
+        buckets = profile.extras.get("buckets") or (profile.grad_bytes,)
+        if not math.isclose(sum(buckets), profile.grad_bytes, rel_tol=1e-9):
+            raise ValueError(f"StepProfile: buckets sum to {sum(buckets)} bytes, grad_bytes is {profile.grad_bytes}")
         times = [net.allreduce_time(b, P) for b in buckets]
         total, last = sum(times), times[-1]
         hidden = min(total - last, profile.backward)
