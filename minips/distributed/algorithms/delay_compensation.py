@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .predictors import Predictor
+from .predictor_base import Predictor
 
 __all__ = ["SpikeCompensation", "DCASGD", "GapAware", "COMPENSATIONS", "spike_coefficients"]
 
@@ -296,5 +296,5 @@ class GapAware(Predictor):
             setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
 
 
-#: name -> class, merged into predictors.PREDICTORS
+#: name -> class; rows of the predictors' table (predictors.PREDICTORS)
 COMPENSATIONS = {cls.name: cls for cls in (SpikeCompensation, DCASGD, GapAware)}

@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from .aesp import AdaptivePredictor
+from .delay_compensation import DCASGD, GapAware, SpikeCompensation
 from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
 from .local_layerwise import LayerwiseLocalPredictor
 from .local_rewind import LocalRewindPredictor
@@ -157,9 +158,12 @@ class LookaheadPredictor(Predictor):
         return w - np.float32(self.k * optimizer.lr * optimizer.momentum) * v
 
 
+#: The table of predictors: name -> class, every rule pseudo-sync can use (its
+#: ``predictor`` option). A new predictor is a class (subclass of Predictor) and a row here.
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
                                         AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor,
-                                        LocalRewindPredictor, LayerwiseLocalPredictor)}
+                                        LocalRewindPredictor, LayerwiseLocalPredictor,
+                                        SpikeCompensation, DCASGD, GapAware)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:

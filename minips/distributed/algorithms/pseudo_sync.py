@@ -46,16 +46,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import Algorithm
-from .delay_compensation import COMPENSATIONS
 from .predictors import PREDICTORS, make_predictor
 from .spec import convert_value
 
 __all__ = ["PseudoSyncSGD"]
-
-# The replicated delay compensations (spike, dc-asgd, gap-aware) live in their own module and
-# subclass predictors.Predictor, so predictors.py cannot import them (an import circle): they
-# join its table here, before the Options below read it.
-PREDICTORS.update(COMPENSATIONS)
 
 
 class _Pending:

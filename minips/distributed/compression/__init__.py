@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 
+from ...options import parse_literal
 from .base import Compressor, Payload
 from .communicator import exchange, gossip_exchange
 from .countsketch import CountSketch
@@ -46,22 +47,9 @@ def compressor_options(name: str) -> dict:
     return {n: p.default for n, p in sig.parameters.items() if n != "self"}
 
 
-def _literal(value):
-    if not isinstance(value, str):
-        return value
-    low = value.lower()
-    if low in ("true", "false", "yes", "no"):
-        return low in ("true", "yes")
-    for conv in (int, float):
-        try:
-            return conv(value)
-        except ValueError:
-            pass
-    return value
-
-
 def parse_compressor(spec: str) -> tuple[str, dict]:
-    """``"topk:ratio=0.01"`` -> ``("topk", {"ratio": 0.01})`` (values as int, float, bool or str).
+    """``"topk:ratio=0.01"`` -> ``("topk", {"ratio": 0.01})`` (values read by
+    :func:`minips.options.parse_literal`: bool, int, float or str).
 
     Raises:
         ValueError: an option without ``=``.
@@ -72,7 +60,7 @@ def parse_compressor(spec: str) -> tuple[str, dict]:
         if "=" not in p:
             raise ValueError(f"compressor spec {spec!r}: write NAME:key=value..., e.g. topk:ratio=0.01")
         k, _, v = p.partition("=")
-        opts[k.strip().replace("-", "_")] = _literal(v.strip())
+        opts[k.strip().replace("-", "_")] = parse_literal(v.strip())
     return name.strip(), opts
 
 
@@ -84,7 +72,7 @@ def make_compressor(spec: str, **options) -> Compressor:
             value (the compressor's own one-line message).
     """
     name, opts = parse_compressor(spec)
-    opts.update({k.replace("-", "_"): _literal(v) for k, v in options.items() if v is not None})
+    opts.update({k.replace("-", "_"): parse_literal(v) for k, v in options.items() if v is not None})
     if name not in COMPRESSORS:
         raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
     valid = compressor_options(name)
