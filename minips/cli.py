@@ -418,8 +418,7 @@ SUBCOMMANDS: dict = {
     "compare": (add_compare_arguments, "run several algorithms on the same setup; table + figures"),
     "algorithms": (_add_algorithms, "list every algorithm: family, options with defaults and units, paper"),
     "topology": (_add_topology, "a gossip graph: its mixing matrix, degrees and spectral gap (--plot draws it)"),
-    "bench": (bench_cli.add_arguments,
-              "benchmarks: kernels, lstm, comm, scaling, study, train, virtual (table + JSON)"),
+    "bench": (bench_cli.add_arguments, f"benchmarks: {', '.join(bench_cli.BENCHES)} (table + JSON)"),
     "data": (_add_data, "build data sets (HDF5) from their sources"),
     "plot": (_add_plot, "figures (accuracy, timing breakdown, trace, traffic) from run directories"),
     "gossip-lab": (gossip_lab.add_arguments, "watch n nodes average: gossip methods on a vectorised cluster or "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 
-from ...options import parse_literal
+from ...options import convert_value, parse_literal
 from .base import Compressor, Payload
 from .communicator import exchange, gossip_exchange
 from .countsketch import CountSketch
@@ -91,9 +91,12 @@ def make_compressor(spec: str, **options) -> Compressor:
         if isinstance(default, float) and not is_number:  # e.g. ratio=abc, or ratio= with no value
             raise ValueError(f"compressor {name}: option {k} must be a number, got "
                              + (f"no value ({k}=)" if v == "" else repr(v)) + f"; write e.g. {k}={default}")
-        if isinstance(default, bool) and not isinstance(v, bool):
-            raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
-                             f"{k}={str(default).lower()}")
+        if isinstance(default, bool):  # the words of minips.options (true/yes/on, false/no/off, 1/0)
+            try:
+                opts[k] = v = convert_value(v, bool, k)
+            except ValueError:
+                raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
+                                 f"{k}={str(default).lower()}") from None
         if isinstance(default, float) and isinstance(v, int):
             opts[k] = float(v)
     return COMPRESSORS[name](**opts)
