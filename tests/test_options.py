@@ -123,3 +123,151 @@ def test_subcommands_and_benchmarks_come_from_their_tables():
     bench = next(a for a in sub.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction))
     assert list(bench.choices) == list(BENCHES) == ["kernels", "lstm", "comm", "scaling", "study", "train",
                                                      "virtual"]
+
+
+# --- compressors and averaging methods: Options dataclasses too ----------------------------------------------
+
+def _compressors():
+    from minips.distributed.compression import COMPRESSORS
+    return list(COMPRESSORS)
+
+
+@pytest.mark.parametrize("name", _compressors())
+def test_every_compressor_declares_an_options_dataclass(name):
+    """A compressor's options are the fields of its ``Options``, each set as an
+    attribute of that name (before: constructor keywords read with inspect.signature)."""
+    import dataclasses
+
+    from minips.distributed.compression import COMPRESSORS, compressor_options, make_compressor
+    from minips.options import fields_of
+    cls = COMPRESSORS[name]
+    assert dataclasses.is_dataclass(cls.Options)
+    assert compressor_options(name) == fields_of(cls.Options)
+    c = make_compressor(name)
+    assert {k: getattr(c, k) for k in fields_of(cls.Options)} == fields_of(cls.Options)
+
+
+def test_no_signature_reading_in_the_compressors():
+    from pathlib import Path
+
+    from minips.distributed import compression
+    folder = Path(compression.__file__).parent
+    assert [p.name for p in folder.glob("*.py") if "inspect" in p.read_text()] == []
+
+
+def _typed_word(tp):
+    """A valid value of an option of type tp, as text and as the Python value it means."""
+    return {int: ("3", 3), float: ("0.25", 0.25), bool: ("off", False)}[tp]
+
+
+#: every option of every compressor with its type, written out so that the tests
+#: below collect on any code (test_the_options_listed_here_are_the_fields checks it)
+COMPRESSOR_OPTIONS = [("topk", "k", int), ("topk", "ratio", float),
+                      ("randomk", "k", int), ("randomk", "ratio", float), ("randomk", "seed", int),
+                      ("randomk", "scale", bool),
+                      ("qsgd-quant", "s", int), ("qsgd-quant", "bucket", int), ("qsgd-quant", "seed", int),
+                      ("countsketch", "rows", int), ("countsketch", "cols", int), ("countsketch", "ratio", float),
+                      ("countsketch", "seed", int),
+                      ("gaussian", "ratio", float), ("gaussian", "block", int), ("gaussian", "seed", int)]
+
+
+def _compressor_option_cases():
+    return COMPRESSOR_OPTIONS
+
+
+def test_the_options_listed_here_are_the_fields():
+    import typing
+
+    from minips.distributed.compression import COMPRESSORS
+    from minips.options import base_type
+    assert COMPRESSOR_OPTIONS == [(name, k, base_type(tp)) for name, cls in COMPRESSORS.items()
+                                  for k, tp in typing.get_type_hints(cls.Options).items()]
+
+
+@pytest.mark.parametrize("name, key, tp", _compressor_option_cases())
+def test_a_compressor_option_means_the_same_through_every_route(name, key, tp):
+    """A spec's text, a keyword given as text, as the Python value, as a NumPy
+    value, and a compressed algorithm's spec that passes it on build the same
+    compressor (before, a NumPy integer was refused: 'must be an integer, got np.int64(3)')."""
+    import numpy as np
+
+    from minips.distributed.algorithms import resolve
+    from minips.distributed.algorithms.compressed_common import compressor_kwargs
+    from minips.distributed.compression import make_compressor
+    text, value = _typed_word(tp)
+    as_numpy = {int: np.int64, float: np.float64, bool: np.bool_}[tp](value)
+    spec = resolve(f"topk-sgd:error-feedback=false:compressor={name}:{key.replace('_', '-')}={text}").options
+    built = [make_compressor(f"{name}:{key}={text}"), make_compressor(name, **{key: text}),
+             make_compressor(name, **{key: value}), make_compressor(name, **{key: as_numpy}),
+             make_compressor(spec.compressor, **compressor_kwargs(spec))]
+    got = [getattr(c, key) for c in built]
+    assert got == [value] * 5 and all(type(g) is tp for g in got), got
+    assert len({c.describe() for c in built[:4]}) == 1  # topk-sgd adds its own defaults (randomk: scale=false)
+
+
+@pytest.mark.parametrize("name, key, tp", [c for c in _compressor_option_cases() if c[2] is not bool])
+def test_the_value_an_error_suggests_is_accepted(name, key, tp):
+    """``write e.g. K=V`` names a value the compressor takes (before,
+    countsketch suggested cols=1, which it refuses: cols must be >= 2)."""
+    import re
+
+    from minips.distributed.compression import make_compressor
+    with pytest.raises(ValueError) as e:
+        make_compressor(f"{name}:{key}=abc")
+    hint = re.search(rf"write e\.g\. ({key}=\S+)$", str(e.value))
+    if key == "k":
+        assert str(e.value).endswith("for a fraction use ratio=")
+        return
+    assert hint, str(e.value)
+    make_compressor(f"{name}:{hint.group(1)}")
+
+
+@pytest.mark.parametrize("name", ["identity", "fp16", "sign"])
+def test_a_compressor_without_options_says_so(name):
+    """Before: 'its options: args, kwargs' (the signature of object.__init__)."""
+    from minips.distributed.compression import make_compressor
+    with pytest.raises(ValueError, match=f"compressor {name} has no option 'zz'; its options: none$"):
+        make_compressor(f"{name}:zz=1")
+
+
+def _methods():
+    from minips.averaging import METHODS
+    return list(METHODS)
+
+
+@pytest.mark.parametrize("name", _methods())
+def test_every_averaging_method_declares_an_options_dataclass(name):
+    """An averaging method's options are the fields of its class's ``Options``;
+    the lab routes its flags by them (before: a dict of tuples, ``averaging.OPTIONS``)."""
+    import dataclasses
+
+    from minips import averaging
+    from minips.averaging import METHODS, make_method
+    from minips.averaging.graph import make_graph
+    from minips.averaging.lab import _accepts
+    from minips.options import fields_of
+    assert not hasattr(averaging, "OPTIONS")
+    cls = METHODS[name][0]
+    assert dataclasses.is_dataclass(cls.Options)
+    assert _accepts(name) == tuple(fields_of(cls.Options))
+    g = make_graph("ring", 8)
+    m = make_method(name, g)
+    assert dataclasses.asdict(m.options) == fields_of(cls.Options)
+    others = sorted({k for m2 in METHODS.values() for k in fields_of(m2[0].Options)} - set(fields_of(cls.Options)))
+    with pytest.raises(ValueError, match=f"^--method {name} does not take --{others[0].replace('_', '-')}$"):
+        make_method(name, g, **{others[0]: 1})
+
+
+@pytest.mark.parametrize("name, key, text, value", [
+    ("accelerated", "alpha", "1.2", 1.2), ("periodic", "order_seed", "5", 5), ("aco-local", "rho", "0.3", 0.3),
+    ("aco-global", "tau_min", "0", 0.0), ("push-sum", "join", "3", 3), ("push-sum", "estimate", "sum", "sum"),
+])
+def test_an_averaging_option_means_the_same_as_text_and_as_a_value(name, key, text, value):
+    from minips.averaging import make_method
+    from minips.averaging.graph import make_graph
+    g = make_graph("exponential" if name == "push-sum" else "ring", 8)
+    a, b = make_method(name, g, **{key: text}), make_method(name, g, **{key: value})
+    assert getattr(a.options, key) == getattr(b.options, key) == value
+    assert type(getattr(a.options, key)) is type(value)
+    with pytest.raises(ValueError, match=f"--{key.replace('_', '-')} must be"):
+        make_method(name, g, **{key: [1]})

@@ -445,8 +445,8 @@ def cmd_gossip_lab(args) -> int:
 
 
 def _accepts(m: str):
-    from . import OPTIONS
-    return OPTIONS.get(m, ())
+    from . import method_options
+    return tuple(method_options(m))
 
 
 def _accepts_any(methods):

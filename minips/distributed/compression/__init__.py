@@ -17,9 +17,7 @@ names (the quantizer is ``qsgd-quant``).
 """
 from __future__ import annotations
 
-import inspect
-
-from ...options import convert_value, parse_literal
+from ...options import fields_of, parse_literal
 from .base import Compressor, Payload
 from .communicator import exchange, gossip_exchange
 from .countsketch import CountSketch
@@ -42,9 +40,8 @@ COMPRESSORS: dict[str, type[Compressor]] = {
 
 
 def compressor_options(name: str) -> dict:
-    """``{option: default}`` of compressor ``name`` (for listings and errors)."""
-    sig = inspect.signature(COMPRESSORS[name].__init__)
-    return {n: p.default for n, p in sig.parameters.items() if n != "self"}
+    """``{option: default}`` of compressor ``name``: the fields of its ``Options`` (for listings and errors)."""
+    return fields_of(COMPRESSORS[name].Options)
 
 
 def parse_compressor(spec: str) -> tuple[str, dict]:
@@ -65,7 +62,10 @@ def parse_compressor(spec: str) -> tuple[str, dict]:
 
 
 def make_compressor(spec: str, **options) -> Compressor:
-    """A compressor from a spec (``"topk:ratio=0.01"``) and/or keyword options.
+    """A compressor from a spec (``"topk:ratio=0.01"``) and/or keyword options
+    (keywords win; None values are dropped). Values in text are read by
+    :func:`minips.options.parse_literal`; the compressor's constructor types
+    them by its ``Options`` fields and checks their ranges (``Options.validate()``).
 
     Raises:
         ValueError: unknown name or option (the valid ones listed), or a bad
@@ -80,23 +80,4 @@ def make_compressor(spec: str, **options) -> Compressor:
     if bad:
         listed = ", ".join(k.replace("_", "-") for k in valid) or "none"
         raise ValueError(f"compressor {name} has no option {bad[0].replace('_', '-')!r}; its options: {listed}")
-    for k, v in opts.items():  # an integer option given a fraction, e.g. k=0.5
-        default = valid[k]
-        if k in ("k", "cols", "s", "bucket", "rows", "block", "seed") and not (isinstance(v, int) and
-                                                                               not isinstance(v, bool)):
-            raise ValueError(f"compressor {name}: option {k} must be an integer, got "
-                             + (f"no value ({k}=)" if v == "" else repr(v))
-                             + ("; for a fraction use ratio=" if k == "k" else f"; write e.g. {k}={default or 1}"))
-        is_number = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if isinstance(default, float) and not is_number:  # e.g. ratio=abc, or ratio= with no value
-            raise ValueError(f"compressor {name}: option {k} must be a number, got "
-                             + (f"no value ({k}=)" if v == "" else repr(v)) + f"; write e.g. {k}={default}")
-        if isinstance(default, bool):  # the words of minips.options (true/yes/on, false/no/off, 1/0)
-            try:
-                opts[k] = v = convert_value(v, bool, k)
-            except ValueError:
-                raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
-                                 f"{k}={str(default).lower()}") from None
-        if isinstance(default, float) and isinstance(v, int):
-            opts[k] = float(v)
     return COMPRESSORS[name](**opts)
