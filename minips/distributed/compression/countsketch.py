@@ -41,7 +41,8 @@ class CountSketch(Compressor):
 
         def validate(self):
             if self.rows < 1:
-                raise ValueError(f"countsketch: rows must be an integer >= 1 (hash rows; 5 is usual), got {self.rows!r}")
+                raise ValueError("countsketch: rows must be an integer >= 1 (hash rows; 5 is usual), "
+                                 f"got {self.rows!r}")
             if self.cols is not None and self.cols < 2:
                 raise ValueError(f"countsketch: cols={self.cols!r} makes the sketch too small (every entry collides); "
                                  "give cols >= 2, a few times the heavy hitters you want to find")

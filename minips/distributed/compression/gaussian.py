@@ -36,7 +36,7 @@ class GaussianProjection(Compressor):
     class Options:
         ratio: float = field(default=0.05, metadata={"help": "floats sent per entry (m_b / block), in (0, 1]"})
         block: int = field(default=256, metadata={"help": "entries per projected block"})
-        seed: int = field(default=0, metadata={"help": "seed of the projection (with the step), the same on every rank"})
+        seed: int = field(default=0, metadata={"help": "seed of the projection (with the step), same on every rank"})
 
         def validate(self):
             check_ratio("gaussian", self.ratio)
