@@ -1,8 +1,10 @@
 """Command line: ``python -m minips {train,compare,algorithms,topology,bench,data,plot,gossip-lab}``.
 
-Each subcommand lives in a function ``cmd_<name>``; further subcommands
-(``compare``, ``bench``, ``plot``) register themselves through
-:data:`SUBCOMMANDS`. Under ``mpiexec``, an exception on any rank prints its
+:data:`SUBCOMMANDS` is the one table of subcommands: name -> (a function adding
+the subcommand's flags, which sets ``func``, the function that runs it; its
+help). The ``bench`` subcommand has its own table of benchmarks
+(:data:`minips.bench.cli.BENCHES`). A module that a row names never imports
+this module back. Under ``mpiexec``, an exception on any rank prints its
 message and aborts the whole job (``MPI_Abort``) so no rank hangs.
 """
 from __future__ import annotations
@@ -14,19 +16,10 @@ import pickle
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "add_train_arguments", "config_from_args"]
+from .averaging import lab as gossip_lab
+from .bench import cli as bench_cli
 
-#: name -> (add_arguments(subparser), run(args) -> int, help)
-SUBCOMMANDS: dict = {}
-
-
-def subcommand(name: str, help: str):
-    """Decorator registering ``add_args`` for a subcommand; the function must set
-    ``func`` via ``parser.set_defaults``."""
-    def deco(add_args):
-        SUBCOMMANDS[name] = (add_args, help)
-        return add_args
-    return deco
+__all__ = ["main", "build_parser", "add_train_arguments", "config_from_args", "SUBCOMMANDS"]
 
 
 def _bool_flag(p, name, help):
@@ -139,6 +132,65 @@ def cmd_train(args) -> int:
     if cfg.virtual_ranks:
         return run_virtual(cfg, lambda: Trainer(cfg).run())
     Trainer(cfg).run()
+    return 0
+
+
+def add_compare_arguments(p):
+    """The flags of ``compare``: those of ``train`` and its own."""
+    from .distributed.algorithms import BASELINE, DEFAULT_ALGOS
+    add_train_arguments(p)
+    p.add_argument("--algos", required=True,
+                   help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
+                        f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
+    p.add_argument("--seeds", metavar="S,S,...",
+                   help="run every algorithm once per seed (e.g. 0,1,2,3,4) and add the statistics over seeds to "
+                        f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
+                        "(better / worse / tie); overrides --seed")
+    p.add_argument("--within", type=float, metavar="POINTS",
+                   help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
+                        "BLEU points), reported as met / missed / unresolved")
+    p.add_argument("--target-accuracy", type=float, metavar="ACC",
+                   help="also report each run's wall seconds until its first evaluation at or above this test "
+                        "accuracy (BLEU for the captioner), e.g. 0.85")
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args) -> int:
+    """Several algorithms on one setup (:mod:`minips.compare`)."""
+    from .compare import parse_algos, run_compare
+    from .config import ConfigError
+    # compare names its runs by --algos and starts each from scratch: these train
+    # flags would be ignored, so they are refused
+    for flag, why in (("algo", "list the algorithms in --algos"), ("label", "label an entry with SPEC@LABEL"),
+                      ("resume", "resume one run with train --resume")):
+        if getattr(args, flag, None) is not None:
+            raise ConfigError(f"compare does not take --{flag}: {why}")
+    target = args.target_accuracy
+    if target is not None and not (0 < target <= 100):
+        raise ConfigError(f"--target-accuracy {target}: give the test accuracy to reach, in (0, 1] "
+                          "(or a BLEU score up to 100 for the captioner)")
+    cfg = config_from_args(args)
+    if target is not None and target > 1 and cfg.model != "captioner":  # accuracy is a fraction, BLEU 0..100
+        raise ConfigError(f"--target-accuracy {target:g}: test accuracy is a fraction in (0, 1] "
+                          f"(did you mean {target / 100:g}?); only the captioner's BLEU goes up to 100")
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--seeds {args.seeds}: give comma-separated integers, e.g. --seeds 0,1,2") from None
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ConfigError(f"--seeds {args.seeds}: give distinct non-negative integers, e.g. --seeds 0,1,2")
+    if args.within is not None and not args.within > 0:
+        raise ConfigError(f"--within {args.within}: give the largest acceptable gap to the baseline in points, "
+                          "> 0 (e.g. 0.5 for half a point of accuracy)")
+    if args.within is not None and (seeds is None or len(seeds) < 2):
+        raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
+                          "interval over seeds)")
+    algos = parse_algos(args.algos)
+    if cfg.virtual_ranks:
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
     return 0
 
 
@@ -316,20 +368,18 @@ class Parser(argparse.ArgumentParser):
         return super().parse_args(args, namespace)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m minips", description="minips: data-parallel SGD, from scratch, for CPU clusters")
-    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser,
-                            metavar="{train,compare,algorithms,topology,bench,data,plot,gossip-lab}")
-    p = sub.add_parser("train", help="train one model with one algorithm (under mpiexec for >1 rank)")
+def _add_train(p):
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("algorithms", help="list every algorithm: family, options with defaults and units, paper")
+
+def _add_algorithms(p):
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.set_defaults(func=cmd_algorithms)
 
+
+def _add_topology(p):
     from .distributed.topology import TOPOLOGIES
-    p = sub.add_parser("topology", help="a gossip graph: its mixing matrix, degrees and spectral gap (--plot draws it)")
     p.add_argument("name", choices=list(TOPOLOGIES))
     p.add_argument("-n", type=int, default=8, help="number of ranks (default 8)")
     p.add_argument("--seed", type=int, help="random-geometric: seed of the points (default 0)")
@@ -337,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="PNG file to draw the graph into")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("data", help="build data sets (HDF5) from their sources")
+
+def _add_data(p):
     p.add_argument("dataset", choices=["fashion-mnist", "moving-fmnist-captions"])
     p.add_argument("--from", dest="src", default="/usr/share/datasets/fashion-mnist",
                    help="directory of the four IDX files (default: Debian's dataset-fashion-mnist)")
@@ -347,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the subset choice")
     p.set_defaults(func=cmd_data)
 
-    p = sub.add_parser("plot", help="figures (accuracy, timing breakdown, trace, traffic) from run directories")
+
+def _add_plot(p):
     p.add_argument("runs", nargs="+", help="--out directories of train/compare runs (a compare directory "
                    "stands for all its runs)")
     p.add_argument("--out", required=True, help="directory for the PNG files")
@@ -355,20 +407,31 @@ def build_parser() -> argparse.ArgumentParser:
                    "differs between them: algorithm and options, network, ranks, ...; else the folder name)")
     p.set_defaults(func=cmd_plot)
 
-    _load_optional()
+
+#: The table of subcommands: name -> (add_arguments(parser), which must
+#: ``parser.set_defaults(func=run)`` with ``run(args) -> exit status``; help).
+#: The order is that of ``--help``. A new subcommand is a row here.
+SUBCOMMANDS: dict = {
+    "train": (_add_train, "train one model with one algorithm (under mpiexec for >1 rank)"),
+    "compare": (add_compare_arguments, "run several algorithms on the same setup; table + figures"),
+    "algorithms": (_add_algorithms, "list every algorithm: family, options with defaults and units, paper"),
+    "topology": (_add_topology, "a gossip graph: its mixing matrix, degrees and spectral gap (--plot draws it)"),
+    "bench": (bench_cli.add_arguments, f"benchmarks: {', '.join(bench_cli.BENCHES)} (table + JSON)"),
+    "data": (_add_data, "build data sets (HDF5) from their sources"),
+    "plot": (_add_plot, "figures (accuracy, timing breakdown, trace, traffic) from run directories"),
+    "gossip-lab": (gossip_lab.add_arguments, "watch n nodes average: gossip methods on a vectorised cluster or "
+                                             "under MPI (error per round, spectral prediction, figure)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand in :data:`SUBCOMMANDS`."""
+    ap = Parser(prog="python -m minips", description="minips: data-parallel SGD, from scratch, for CPU clusters")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser,
+                            metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (add_args, help_) in SUBCOMMANDS.items():
         add_args(sub.add_parser(name, help=help_))
     return ap
-
-
-def _load_optional():
-    import importlib
-    for mod in ("minips.compare", "minips.bench.cli", "minips.averaging.lab"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
 
 
 def main(argv=None) -> int:

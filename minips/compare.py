@@ -1,7 +1,8 @@
 """``python -m minips compare``: several algorithms, one after another, on the
 same seed, data, model and machine; a markdown table and figures.
 
-Run it under ``mpiexec -n P`` like ``train``. Algorithms are given as spec
+Run it under ``mpiexec -n P`` like ``train``. Its flags (``train``'s and its
+own) are read in :mod:`minips.cli`; this module runs what they ask for. Algorithms are given as spec
 strings ``NAME[:key=value]...[@LABEL]`` separated by commas, e.g.
 ``sync,overlap-sync,pseudo-sync:predictor=last,pseudo-sync:adaptive:2`` (the
 positional short form ``pseudo-sync:PREDICTOR:K`` still works).
@@ -23,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .cli import add_train_arguments, config_from_args, subcommand
 from .report import time_to_target
 from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
 
@@ -343,61 +343,3 @@ def seeds_report(summaries: list[dict], within: float | None = None) -> str:
             row.append(fmt_target(cmp[decide]))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
-
-
-@subcommand("compare", help="run several algorithms on the same setup; table + figures")
-def _add_compare_arguments(p):
-    from .distributed.algorithms import BASELINE, DEFAULT_ALGOS
-    add_train_arguments(p)
-    p.add_argument("--algos", required=True,
-                   help="comma-separated algorithm specs NAME[:key=value]...[@LABEL], e.g. "
-                        f"{','.join(DEFAULT_ALGOS)} (python -m minips algorithms lists them)")
-    p.add_argument("--seeds", metavar="S,S,...",
-                   help="run every algorithm once per seed (e.g. 0,1,2,3,4) and add the statistics over seeds to "
-                        f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
-                        "(better / worse / tie); overrides --seed")
-    p.add_argument("--within", type=float, metavar="POINTS",
-                   help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
-                        "BLEU points), reported as met / missed / unresolved")
-    p.add_argument("--target-accuracy", type=float, metavar="ACC",
-                   help="also report each run's wall seconds until its first evaluation at or above this test "
-                        "accuracy (BLEU for the captioner), e.g. 0.85")
-    p.set_defaults(func=_cmd_compare)
-
-
-def _cmd_compare(args) -> int:
-    from .config import ConfigError
-    # compare names its runs by --algos and starts each from scratch: these train
-    # flags would be ignored, so they are refused
-    for flag, why in (("algo", "list the algorithms in --algos"), ("label", "label an entry with SPEC@LABEL"),
-                      ("resume", "resume one run with train --resume")):
-        if getattr(args, flag, None) is not None:
-            raise ConfigError(f"compare does not take --{flag}: {why}")
-    target = args.target_accuracy
-    if target is not None and not (0 < target <= 100):
-        raise ConfigError(f"--target-accuracy {target}: give the test accuracy to reach, in (0, 1] "
-                          "(or a BLEU score up to 100 for the captioner)")
-    cfg = config_from_args(args)
-    if target is not None and target > 1 and cfg.model != "captioner":  # accuracy is a fraction, BLEU 0..100
-        raise ConfigError(f"--target-accuracy {target:g}: test accuracy is a fraction in (0, 1] "
-                          f"(did you mean {target / 100:g}?); only the captioner's BLEU goes up to 100")
-    seeds = None
-    if args.seeds is not None:
-        try:
-            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds {args.seeds}: give comma-separated integers, e.g. --seeds 0,1,2") from None
-        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-            raise ConfigError(f"--seeds {args.seeds}: give distinct non-negative integers, e.g. --seeds 0,1,2")
-    if args.within is not None and not args.within > 0:
-        raise ConfigError(f"--within {args.within}: give the largest acceptable gap to the baseline in points, "
-                          "> 0 (e.g. 0.5 for half a point of accuracy)")
-    if args.within is not None and (seeds is None or len(seeds) < 2):
-        raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
-                          "interval over seeds)")
-    algos = parse_algos(args.algos)
-    if cfg.virtual_ranks:
-        from .cli import run_virtual
-        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
-    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
-    return 0

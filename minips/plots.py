@@ -31,25 +31,26 @@ PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", 
                 "predict": "#CCB974", "update": "#64B5CD", "other": "#BBBBBB"}
 _COLORS = PHASE_COLORS
 
-# 20 well-separated colours (matplotlib's tab10, then Dark2 and two of Set1): the n-th
-# registered algorithm gets the n-th; the registry's order is fixed, so is the colour.
-_ALGO_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                 "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
-                 "#a6761d", "#666666", "#377eb8", "#4daf4a")
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: lightness and saturation levels an algorithm's colour may take (HLS; dark
+#: enough to read on white)
+_LIGHTNESS, _SATURATION = (0.30, 0.42, 0.54), (0.65, 0.85)
 
 
 def algo_color(algo: str) -> str:
     """The colour of algorithm ``algo`` (its registry name, e.g. ``pseudo-sync``)
-    in every figure: fixed by its place in the registry (``ALGORITHMS``);
-    a name not registered gets a colour from a hash of the name."""
-    from .distributed.algorithms import ALGORITHMS
-    names = list(ALGORITHMS)
-    if algo in names:
-        return _ALGO_PALETTE[names.index(algo) % len(_ALGO_PALETTE)]
-    import zlib
-    return _ALGO_PALETTE[zlib.crc32(algo.encode()) % len(_ALGO_PALETTE)]
+    in every figure, derived from the name alone: the hue from a SHA-256 of the
+    name, the lightness and saturation from two more of its bytes (HLS). Adding
+    or reordering rows of the algorithms' table recolours nothing; two names
+    may still get close colours, so figures also vary line style and marker
+    (:func:`run_styles`). Returns ``"#rrggbb"``."""
+    import colorsys
+    import hashlib
+    d = hashlib.sha256(algo.encode()).digest()
+    hue = int.from_bytes(d[:4], "big") / 2**32
+    r, g, b = colorsys.hls_to_rgb(hue, _LIGHTNESS[d[4] % len(_LIGHTNESS)], _SATURATION[d[5] % len(_SATURATION)])
+    return "#" + "".join(f"{round(255 * c):02x}" for c in (r, g, b))
 
 
 def run_styles(n: int) -> list[dict]:

@@ -2,7 +2,10 @@
 
 Every ``import`` counts, at module level or inside a function: an import
 circle hidden in a function still ties the layers together (and breaks when
-the function runs during the other module's import). The rules are those of
+the function runs during the other module's import). So does a module loaded
+by its name as a string (``importlib.import_module("minips.x")``, ``__import__``,
+or a loop of such a call over a tuple of names: every string in that file that
+names a minips module counts as imported). The rules are those of
 docs/architecture.md; add a rule to ``FORBIDDEN`` when a layer gets a new one.
 """
 import ast
@@ -55,12 +58,42 @@ def _modules() -> dict:
     return mods
 
 
+#: calls that load a module named by a string
+_LOADERS = ("import_module", "__import__")
+
+
+def _is_loader_call(node) -> bool:
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id in _LOADERS) or (isinstance(f, ast.Attribute) and f.attr in _LOADERS)
+
+
+def string_imports(tree, modules: dict) -> list:
+    """(module, line) for each minips module that ``tree`` loads by name: the
+    string argument of ``importlib.import_module(...)`` / ``__import__(...)``;
+    and when such a call takes a computed name (a loop over a tuple of names,
+    say), every string in the file that names a minips module."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_loader_call(n)]
+    found, computed = [], False
+    for c in calls:
+        arg = c.args[0] if c.args else None
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            if arg.value == "minips" or arg.value.startswith("minips."):
+                found.append((arg.value, c.lineno))
+        else:
+            computed = True
+    if computed:
+        found += [(n.value, n.lineno) for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in modules]
+    return found
+
+
 def imports_of(path: Path, name: str, modules: dict) -> set:
     """The minips modules that the file imports anywhere in it (relative imports resolved;
     ``from minips import nn`` counts as ``minips.nn``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    found = {m for m, _ in string_imports(tree, modules)}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -166,7 +199,10 @@ def module_edges(path: Path, name: str, modules: dict) -> dict:
             if m != name:
                 edges.setdefault(m, line)
 
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for target, line in string_imports(tree, modules):
+        add(target, line)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 add(a.name, node.lineno)
@@ -232,7 +268,9 @@ def import_circles(modules: dict, root: Path = ROOT) -> list:
         path.reverse()
         steps = [f"{modules[u].relative_to(root)}:{edges[u][v]} imports {v}"
                  for u, v in zip(path, path[1:] + [start])]
-        circles.append(f"{sorted(component)}: " + "; ".join(steps))
+        mutual = [f"{u} <-> {v}" for u in sorted(component) for v in sorted(edges[u]) if u < v and u in edges[v]]
+        also = f" (modules importing each other: {', '.join(mutual)})" if len(component) > 2 and mutual else ""
+        circles.append(f"{sorted(component)}: " + "; ".join(steps) + also)
     return circles
 
 
@@ -260,6 +298,36 @@ def test_the_circle_check_sees_circles(tmp_path):
     circles_bc = import_circles(modules, tmp_path)
     assert circles_bc == ["['minips.b', 'minips.c']: minips/b.py:2 imports minips.c; "
                           "minips/c.py:1 imports minips.b"], circles_bc
+
+
+def test_the_circle_check_sees_modules_loaded_by_name(tmp_path):
+    """A module loaded through ``importlib.import_module`` is an import like any
+    other: by a literal name, or by a loop over a tuple of names."""
+    pkg = tmp_path / "minips"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def load():\n    import importlib\n    importlib.import_module('minips.b')\n")
+    (pkg / "b.py").write_text("from .a import load\n")
+    modules = {"minips": pkg / "__init__.py", "minips.a": pkg / "a.py", "minips.b": pkg / "b.py"}
+    assert import_circles(modules, tmp_path) == ["['minips.a', 'minips.b']: minips/a.py:3 imports minips.b; "
+                                                 "minips/b.py:1 imports minips.a"]
+    (pkg / "a.py").write_text("from importlib import import_module\nNAMES = ('minips.b',)\n"
+                              "def load():\n    for m in NAMES:\n        import_module(m)\n")
+    assert import_circles(modules, tmp_path) == ["['minips.a', 'minips.b']: minips/a.py:2 imports minips.b; "
+                                                 "minips/b.py:1 imports minips.a"]
+    (pkg / "a.py").write_text("NAMES = ('minips.b',)\n")  # a string alone loads nothing
+    assert import_circles(modules, tmp_path) == []
+
+
+def test_no_module_is_loaded_by_name():
+    """Plug-ins are rows of explicit tables that import them: nothing in minips
+    loads a minips module from a string (docs/architecture.md, "Registries")."""
+    modules = _modules()
+    found = [f"{p.relative_to(ROOT)}:{line} loads {m} by name" for name, p in sorted(modules.items())
+             for m, line in string_imports(ast.parse(p.read_text()), modules)]
+    found += [f"{p.relative_to(ROOT)}:{n.lineno} calls {ast.unparse(n.func)}" for name, p in sorted(modules.items())
+              for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Call) and _is_loader_call(n)]
+    assert not found, "use an import statement and a row in the kind's table:\n" + "\n".join(found)
 
 
 def test_tensor_syntax_is_bound_whatever_is_imported_first():

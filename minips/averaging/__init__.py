@@ -17,6 +17,9 @@ One module per method:
 """
 from __future__ import annotations
 
+import typing
+
+from ..options import convert_value, fields_of
 from .accelerated import AcceleratedGossip
 from .aco import ACOGossip
 from .pairwise import RandomizedGossip
@@ -24,9 +27,9 @@ from .periodic import PeriodicGossip
 from .plain import SynchronousGossip
 from .push_sum import PushSum
 
-__all__ = ["METHODS", "make_method"]
+__all__ = ["METHODS", "make_method", "method_options"]
 
-#: method name -> (class, fixed keyword options)
+#: method name -> (class, fixed keyword options); the options a method takes: its class's ``Options``
 METHODS = {
     "plain": (SynchronousGossip, {}),
     "pairwise": (RandomizedGossip, {}),
@@ -37,29 +40,30 @@ METHODS = {
     "push-sum": (PushSum, {}),
 }
 
-#: options each method accepts (beyond graph and seed)
-OPTIONS = {
-    "accelerated": ("alpha",),
-    "periodic": ("order_seed",),
-    "aco-local": ("rho", "a", "b", "tau_min"),
-    "aco-global": ("rho", "a", "b", "tau_min"),
-    "push-sum": ("estimate", "join", "leave"),
-}
+def method_options(name: str) -> dict:
+    """``{option: default}`` of method ``name``: the fields of its class's ``Options``
+    (what ``gossip-lab`` passes to it; a fixed option of its row, such as ACO's
+    ``knowledge``, is not one)."""
+    return fields_of(METHODS[name][0].Options)
 
 
 def make_method(name: str, graph, seed: int = 0, **options):
     """The method ``name`` on ``graph``; ``options`` not meant for it (None
-    values) are dropped, others raise.
+    values) are dropped, others raise. Each value is typed by its ``Options``
+    field (:func:`minips.options.convert_value`: ``"0.5"`` and 0.5 are the same alpha).
 
     Raises:
-        ValueError: unknown name, an option the method does not take, or the method's own checks.
+        ValueError: unknown name, an option the method does not take, a value
+            of the wrong type, or the method's own checks.
     """
     if name not in METHODS:
         raise ValueError(f"unknown --method {name!r}; choose one of {', '.join(METHODS)}")
     cls, fixed = METHODS[name]
     given = {k: v for k, v in options.items() if v is not None}
-    extra = sorted(set(given) - set(OPTIONS.get(name, ())))
+    extra = sorted(set(given) - set(method_options(name)))
     if extra:
         flags = ", ".join("--" + k.replace("_", "-") for k in extra)
         raise ValueError(f"--method {name} does not take {flags}")
-    return cls(graph, seed=seed, **fixed, **given)
+    hints = typing.get_type_hints(cls.Options)
+    typed = {k: convert_value(v, hints[k], "--" + k.replace("_", "-")) for k, v in given.items()}
+    return cls(graph, seed=seed, **fixed, **typed)

@@ -18,6 +18,7 @@ stochastic. Cost: one neighbour exchange per round and one stored vector.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,17 +55,25 @@ class AcceleratedGossip(AveragingMethod):
     paper = "Liu, Anderson, Cao, Morse, Analysis of accelerated gossip algorithms, Automatica 2013"
     needs_undirected = True
 
-    def __init__(self, graph, seed: int = 0, alpha: float | None = None):
-        super().__init__(graph, seed)
+    @dataclass
+    class Options:
+        alpha: float | None = field(default=None, metadata={
+            "help": "weight in (0, 2) (default the optimal alpha* from |lambda_2(W)|)"})
+
+        def validate(self):
+            if self.alpha is not None and not 0.0 < self.alpha < 2.0:
+                raise ValueError(f"--alpha {self.alpha} is outside (0, 2): the shift-register recursion does not "
+                                 "converge; omit --alpha for the optimal 2 / (1 + sqrt(1 - lambda_2^2))")
+
+    def __init__(self, graph, seed: int = 0, **options):
+        super().__init__(graph, seed, **options)
+        alpha = self.options.alpha
         if alpha is None:
             l2 = graph.lambda2()
             if l2 is None:
                 raise ValueError(f"--method accelerated cannot compute lambda_2 of {graph.name} on {graph.n} nodes "
                                  "for the optimal alpha; give --alpha (in (0, 2))")
-            alpha = optimal_alpha(l2)
-        if not 0.0 < alpha < 2.0:
-            raise ValueError(f"--alpha {alpha} is outside (0, 2): the shift-register recursion does not converge; "
-                             "omit --alpha for the optimal 2 / (1 + sqrt(1 - lambda_2^2))")
+            alpha = optimal_alpha(l2)  # in [1, 2): the graph is connected (make_graph checks), so lambda_2 < 1
         self.alpha = float(alpha)
 
     def start(self, engine, x0):

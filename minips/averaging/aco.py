@@ -28,6 +28,8 @@ mean is kept exactly.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .base import AveragingMethod, greedy_matching
@@ -50,15 +52,26 @@ class ACOGossip(AveragingMethod):
     paper = "Janecek, Gansterer, ACO-inspired acceleration of gossip averaging, GECCO 2016 (reconstruction)"
     needs_undirected = True
 
-    def __init__(self, graph, seed: int = 0, knowledge: str = "local", a: float = 1.0, b: float = 1.0,
-                 rho: float = 0.1, tau_min: float = 0.05):
-        super().__init__(graph, seed)
-        if knowledge not in ("local", "global"):
+    @dataclass
+    class Options:
+        rho: float = field(default=0.1, metadata={"help": "pheromone evaporation per round, in (0, 1]"})
+        a: float = field(default=1.0, metadata={"help": "exponent of the pheromone, >= 0"})
+        b: float = field(default=1.0, metadata={"help": "exponent of the heuristic, >= 0"})
+        tau_min: float = field(default=0.05, metadata={
+            "help": "lower bound of a pheromone relative to the node's largest, in [0, 1]"})
+
+        def validate(self):
+            rho, a, b, tau_min = self.rho, self.a, self.b, self.tau_min
+            if not 0.0 < rho <= 1.0 or a < 0 or b < 0 or not 0.0 <= tau_min <= 1.0:
+                raise ValueError(f"ACO needs 0 < rho <= 1, a, b >= 0 and 0 <= tau_min <= 1, got rho={rho}, a={a}, "
+                                 f"b={b}, tau_min={tau_min}")
+
+    def __init__(self, graph, seed: int = 0, knowledge: str = "local", **options):
+        super().__init__(graph, seed, **options)
+        if knowledge not in ("local", "global"):  # not an option: the table's aco-local / aco-global rows fix it
             raise ValueError(f"ACO knowledge must be local or global, got {knowledge!r}")
-        if not 0.0 < rho <= 1.0 or a < 0 or b < 0 or not 0.0 <= tau_min <= 1.0:
-            raise ValueError(f"ACO needs 0 < rho <= 1, a, b >= 0 and 0 <= tau_min <= 1, got rho={rho}, a={a}, b={b}, "
-                             f"tau_min={tau_min}")
-        self.knowledge, self.a, self.b, self.rho, self.tau_min = knowledge, a, b, rho, tau_min
+        o = self.options
+        self.knowledge, self.a, self.b, self.rho, self.tau_min = knowledge, o.a, o.b, o.rho, o.tau_min
         self.name = f"aco-{knowledge}"
         self.indptr, self.nbrs = graph.csr_out()
         self.deg = np.diff(self.indptr)

@@ -14,8 +14,14 @@ An averaging method is a class with
   nodes take part (push-sum's join/leave; everyone otherwise);
 - ``prediction()``: the per-round contraction factor the spectrum predicts
   (e.g. ``|lambda_2(W)|``) and how it was obtained, or None.
+
+Its options are the fields of a nested ``Options`` dataclass (as for the
+algorithms, predictors and compressors, :mod:`minips.options`): the lab's
+flags of the same names reach it, and ``make_method`` refuses the others.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,17 +36,37 @@ class AveragingMethod:
     Args:
         graph: the communication graph (:class:`~minips.averaging.graph.Graph`).
         seed: seed of the choices every node must agree on (same on every rank).
+        **options: the fields of ``Options``, checked by ``Options.validate()``
+            and kept as ``self.options``.
+
+    Raises:
+        TypeError: an option the method does not have (``make_method`` names it
+            as a flag instead); ValueError: an undirected method on a directed
+            or time-varying graph, or ``validate()``'s one-line message.
     """
     name = ""
     paper = ""
     needs_undirected = False  # pairwise and shift-register methods need W = W^T
 
-    def __init__(self, graph: Graph, seed: int = 0):
+    @dataclass
+    class Options:
+        """No options. A method with options declares its own ``Options``: one
+        field per option (named as its ``gossip-lab`` flag, ``order_seed`` for
+        ``--order-seed``) with its type, default and ``metadata={"help": ...}``,
+        and, if a value can be out of range, a ``validate()`` raising ValueError."""
+
+        def validate(self) -> None:
+            pass
+
+    def __init__(self, graph: Graph, seed: int = 0, **options):
         if self.needs_undirected and (graph.directed or graph.period):
             raise ValueError(f"--method {self.name} needs an undirected static graph, got --topology {graph.name}; "
                              "use ring, torus, exponential, complete, random-geometric or tree")
         self.graph, self.n = graph, graph.n
         self.rng = np.random.default_rng(seed)
+        self.options = self.Options(**options)  # an unknown keyword: TypeError, as for any function
+        if hasattr(self.options, "validate"):
+            self.options.validate()
 
     def start(self, engine, x0: np.ndarray) -> None:
         self.E = engine

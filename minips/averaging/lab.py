@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cli import subcommand
 from . import METHODS, make_method
 from .engines import MPICluster, VectorisedCluster
 from .graph import GRAPHS, make_graph
@@ -353,9 +352,8 @@ def table_markdown(table: dict) -> str:
 
 # --- command line -----------------------------------------------------------------------------------
 
-@subcommand("gossip-lab", help="watch n nodes average: gossip methods on a vectorised cluster or under MPI "
-                               "(error per round, spectral prediction, figure)")
 def add_arguments(p):
+    """The flags of ``python -m minips gossip-lab`` (a row of :data:`minips.cli.SUBCOMMANDS`)."""
     p.add_argument("--topology", default="ring", help=f"graph: {', '.join(GRAPHS)} (default ring)")
     p.add_argument("-n", type=int, help="nodes (default 64; under mpiexec: the number of ranks)")
     p.add_argument("--method", help=f"comma-separated methods, or all: {', '.join(METHODS)} "
@@ -447,8 +445,8 @@ def cmd_gossip_lab(args) -> int:
 
 
 def _accepts(m: str):
-    from . import OPTIONS
-    return OPTIONS.get(m, ())
+    from . import method_options
+    return tuple(method_options(m))
 
 
 def _accepts_any(methods):

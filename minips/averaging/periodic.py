@@ -18,6 +18,8 @@ Cost: at most one exchange of d floats per node per round.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .base import AveragingMethod
@@ -79,9 +81,14 @@ class PeriodicGossip(AveragingMethod):
     paper = "Yu, Anderson, Mou, Liu, He, Morse, Distributed averaging using periodic gossiping, IEEE TAC 2017"
     needs_undirected = True
 
-    def __init__(self, graph, seed: int = 0, order_seed: int | None = None):
-        super().__init__(graph, seed)
-        self.edges = edge_order(graph, order_seed)
+    @dataclass
+    class Options:
+        order_seed: int | None = field(default=None, metadata={
+            "help": "random edge order from this seed (default: grouped by an edge colouring)"})
+
+    def __init__(self, graph, seed: int = 0, **options):
+        super().__init__(graph, seed, **options)
+        self.edges = edge_order(graph, self.options.order_seed)
         self.schedule = matchings(self.edges, self.n)
 
     def step(self, t: int) -> None:

@@ -30,6 +30,8 @@ treat churn).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .base import AveragingMethod
@@ -86,20 +88,28 @@ class PushSum(AveragingMethod):
     name = "push-sum"
     paper = "Kempe, Dobra, Gehrke, Gossip-based computation of aggregate information, FOCS 2003"
 
-    def __init__(self, graph, seed: int = 0, estimate: str = "average", join: int | None = None,
-                 leave: int | None = None):
-        super().__init__(graph, seed)
-        if estimate not in ESTIMATES:
-            raise ValueError(f"--estimate must be one of {', '.join(ESTIMATES)}, got {estimate!r}")
+    @dataclass
+    class Options:
+        estimate: str = field(default="average", metadata={"help": "what to estimate", "choices": ESTIMATES})
+        join: int | None = field(default=None, metadata={"help": "node n-1 joins at this round (None: never)"})
+        leave: int | None = field(default=None, metadata={"help": "node n/2 leaves at this round (None: never)"})
+
+        def validate(self):
+            if self.estimate not in ESTIMATES:
+                raise ValueError(f"--estimate must be one of {', '.join(ESTIMATES)}, got {self.estimate!r}")
+            for flag, r in (("--join", self.join), ("--leave", self.leave)):
+                if r is not None and r < 1:
+                    raise ValueError(f"{flag} {r}: give a round >= 1")
+
+    def __init__(self, graph, seed: int = 0, **options):
+        super().__init__(graph, seed, **options)
+        estimate, join, leave = self.options.estimate, self.options.join, self.options.leave
         self.kind, self.join, self.leave = estimate, join, leave
         self.P = push_graph(graph)
         self.joiner, self.leaver = graph.n - 1, graph.n // 2
         if (join is not None or leave is not None) and graph.period:
             raise ValueError("--join/--leave need a static graph (e.g. exponential, torus, complete); "
                              f"{graph.name} is time-varying")
-        for flag, r in (("--join", join), ("--leave", leave)):
-            if r is not None and r < 1:
-                raise ValueError(f"{flag} {r}: give a round >= 1")
         if leave is not None:
             alive = self.alive(leave + 1) | (np.arange(self.n) == self.joiner)
             if not _strongly_connected(graph, alive):

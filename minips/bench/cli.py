@@ -1,34 +1,30 @@
 """``python -m minips bench {kernels,lstm,comm,scaling,study,train,virtual}``: each benchmark prints a
-table and can write JSON. Benchmarks register themselves in :data:`BENCHES`
-(name -> (add_arguments(parser), run(args) -> int, help)).
+table and can write JSON.
+
+:data:`BENCHES` is the one table of benchmarks: a new benchmark is a module with
+``add_arguments(parser)`` (which must ``set_defaults(func=run)``) and one row here.
 """
 from __future__ import annotations
 
-import importlib
+from . import comm, kernels, lstm, scaling, study, train, virtual
 
-from ..cli import subcommand
+__all__ = ["BENCHES", "add_arguments"]
 
-BENCHES: dict = {}
-_MODULES = ("minips.bench.kernels", "minips.bench.lstm", "minips.bench.comm", "minips.bench.scaling",
-            "minips.bench.study", "minips.bench.train", "minips.bench.virtual")
+#: name -> (add_arguments(parser), help); the order is that of ``bench --help``
+BENCHES: dict = {
+    "kernels": (kernels.add_arguments, "Numba kernels vs NumPy twins vs PyTorch CPU (table + JSON)"),
+    "lstm": (lstm.add_arguments, "LSTM forward and forward+backward: Numba kernel vs NumPy twin vs torch"),
+    "comm": (comm.add_arguments, "allreduce latency/bandwidth, overlap per progress mode, alpha-beta fit"),
+    "scaling": (scaling.add_arguments, "weak scaling of the training step under mpiexec; projection to many nodes"),
+    "study": (study.add_arguments, "convergence study: a grid of train runs under mpiexec; accuracy tables"),
+    "train": (train.add_arguments, "training steps/s of minips vs the same network in PyTorch (table + JSON)"),
+    "virtual": (virtual.add_arguments,
+                "cost of virtual ranks: time per sample vs plain train, peak memory (table + JSON)"),
+}
 
 
-def register_bench(name: str, help: str):
-    """Decorator for ``add_arguments(parser)``; the parser must ``set_defaults(func=run)``."""
-    def deco(add_args):
-        BENCHES[name] = (add_args, help)
-        return add_args
-    return deco
-
-
-@subcommand("bench", help="benchmarks: kernels, lstm, comm, scaling, study, train, virtual (table + JSON)")
-def add_bench_arguments(p):
-    for mod in _MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+def add_arguments(p):
+    """The ``bench`` subcommand: one sub-parser per row of :data:`BENCHES`."""
     sub = p.add_subparsers(dest="bench", required=True, metavar="{" + ",".join(BENCHES) + "}")
     for name, (add_args, help_) in BENCHES.items():
         add_args(sub.add_parser(name, help=help_))

@@ -30,7 +30,6 @@ import time
 
 import numpy as np
 
-from .cli import register_bench
 
 __all__ = ["measure_allreduce", "measure_overlap", "run"]
 
@@ -288,7 +287,6 @@ def plot_comm(result: dict, path) -> None:
     plt.close(fig)
 
 
-@register_bench("comm", help="allreduce latency/bandwidth, overlap per progress mode, alpha-beta fit")
 def add_arguments(p):
     p.add_argument("--min-bytes", type=int, default=8, help="smallest message (default 8 B)")
     p.add_argument("--max-bytes", type=int, default=64 * 2**20, help="largest message (default 64 MB)")

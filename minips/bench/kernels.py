@@ -11,73 +11,23 @@ peak is computed: :mod:`minips.kernels.cpuinfo` and ``docs/kernels.md``.
 
 Times are the *best* of several runs (a shared machine only ever adds time).
 
-Adding cases (e.g. from ``minips/bench/lstm.py``): append a provider to
-:data:`KERNEL_CASES`, a function ``provider(ctx) -> iterable of Case``, or
-decorate it with :func:`register_cases`. Modules named in :data:`CASE_MODULES`
-are imported when the benchmark runs, if they exist.
+Adding cases: write a provider, a function ``provider(ctx) -> iterable of
+:class:`~minips.bench.cases.Case```, and add it to the table :data:`KERNEL_CASES`
+(the LSTM's provider lives in ``minips/bench/lstm.py``).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
 import time
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from .cli import register_bench
+from .cases import BenchContext, Case
+from .lstm import lstm_cases
 
-__all__ = ["Case", "BenchContext", "KERNEL_CASES", "CASE_MODULES", "register_cases",
-           "time_call", "run_cases", "run"]
-
-
-@dataclass
-class Case:
-    """One row of the table: a kernel on one shape.
-
-    Attributes:
-        kernel: what is timed, e.g. ``"conv2d fwd+bwd"``.
-        shape: a short description of the sizes, e.g. ``"N64 32->64 14x14 k3"``.
-        numba: the kernel call (no arguments; inputs prepared beforehand).
-        numpy: the NumPy twin doing the same work, or None.
-        torch: the same operation in PyTorch, or None (torch missing or no equivalent).
-        flops: floating-point operations per call (0: not compute-bound).
-        bytes: the least memory traffic per call, bytes read + written (0: not counted).
-    """
-    kernel: str
-    shape: str
-    numba: Callable
-    numpy: Callable | None = None
-    torch: Callable | None = None
-    flops: float = 0.0
-    bytes: float = 0.0
-
-
-@dataclass
-class BenchContext:
-    """What providers get: the batch sizes, a seeded generator, torch (or None)."""
-    batches: tuple = (64, 128)
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
-    torch: object = None
-    dtype: type = np.float32
-
-    def randn(self, *shape):
-        return self.rng.standard_normal(shape).astype(self.dtype)
-
-
-#: Providers of benchmark cases, called in order: ``provider(ctx) -> iterable of Case``.
-KERNEL_CASES: list = []
-#: Modules imported (if present) before the cases are collected; they register providers.
-CASE_MODULES = ["minips.bench.lstm"]
-
-
-def register_cases(provider):
-    """Decorator: add ``provider(ctx) -> iterable of Case`` to :data:`KERNEL_CASES`."""
-    KERNEL_CASES.append(provider)
-    return provider
+__all__ = ["Case", "BenchContext", "KERNEL_CASES", "time_call", "run_cases", "run"]
 
 
 # --- the cases of this module -----------------------------------------------------
@@ -89,7 +39,6 @@ def _conv_shapes(batches):
         yield n, 3, 64, 32
 
 
-@register_cases
 def conv_cases(ctx: BenchContext):
     from ..kernels import conv
     from ..kernels import reference as ref
@@ -151,7 +100,6 @@ def _activation_shapes(batches):
         yield n, 64, 14
 
 
-@register_cases
 def pool_cases(ctx: BenchContext):
     from ..kernels import pool
     from ..kernels import reference as ref
@@ -201,7 +149,6 @@ def pool_cases(ctx: BenchContext):
                    lambda x=x: ref.avgpool2d_forward(x, 2, 2), t_avg, bytes=x.nbytes + y.nbytes)
 
 
-@register_cases
 def elementwise_cases(ctx: BenchContext):
     from ..kernels import elementwise as ew
     from ..kernels import reference as ref
@@ -227,7 +174,6 @@ def elementwise_cases(ctx: BenchContext):
                    lambda y=y, gy=gy: ref.relu_backward(y, gy), t_bwd, bytes=3 * x.nbytes)
 
 
-@register_cases
 def loss_cases(ctx: BenchContext):
     from ..kernels import loss
     from ..kernels import reference as ref
@@ -254,6 +200,11 @@ def loss_cases(ctx: BenchContext):
 
 
 # --- the per-stage breakdown of the convolutions (--breakdown) ---------------------------
+#: The table of case providers, called in order: ``provider(ctx) -> iterable of Case``
+#: (a new kernel's cases: a provider function and one entry here).
+KERNEL_CASES: list = [conv_cases, pool_cases, elementwise_cases, loss_cases, lstm_cases]
+
+
 def _stage_work(g, stage: str, pooled: bool, itemsize: int):
     """(bytes, flops) of one call of a conv stage (:class:`minips.kernels.conv.Stages`):
     the least traffic, each array read or written once (elements x itemsize; the
@@ -417,14 +368,8 @@ def _import_torch():
 
 
 def collect_cases(ctx: BenchContext, only: str | None = None) -> list:
-    """Every provider's cases (after importing :data:`CASE_MODULES`), optionally
-    only those whose kernel or shape contains ``only``."""
-    for mod in CASE_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    """Every provider's cases (:data:`KERNEL_CASES`), optionally only those
+    whose kernel or shape contains ``only``."""
     cases = [c for provider in KERNEL_CASES for c in provider(ctx)]
     if only:
         cases = [c for c in cases if only in c.kernel or only in c.shape]
@@ -531,7 +476,6 @@ def info_fpc(machine: dict) -> float:
 
 
 # --- the command ----------------------------------------------------------------------
-@register_bench("kernels", help="Numba kernels vs NumPy twins vs PyTorch CPU (table + JSON)")
 def add_arguments(p):
     p.add_argument("--threads", type=int, help="threads for Numba, BLAS and torch "
                    "(default: cores / ranks on the node, or NUMBA_NUM_THREADS)")

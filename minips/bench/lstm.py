@@ -11,7 +11,7 @@ Times the whole-sequence LSTM forward and forward+backward of
 at the issue's size (T=16, N=64, F=128, H=256) and the captioner's own
 encoder and decoder sizes, float32, with the same number of threads for
 everyone (``--threads``, default 1). The numba, twin and torch rows also
-appear in ``python -m minips bench kernels`` (registered as cases there).
+appear in ``python -m minips bench kernels`` (:func:`lstm_cases`, a row of its case table).
 
 Each entry is the best of ``--repeat`` timed runs after two warm-up runs,
 the implementations taking turns run by run: on a shared machine the minimum
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from .cli import register_bench
+from .cases import Case
 
-__all__ = ["CASES", "run", "format_table", "flops"]
+__all__ = ["CASES", "run", "format_table", "flops", "lstm_cases"]
 
 #: name -> (T, N, F, H)
 CASES = {
@@ -214,30 +214,19 @@ def format_table(rows) -> str:
 
 
 # --- rows of ``python -m minips bench kernels`` ----------------------------------------------------
-def _register_kernel_cases():
-    """Add the LSTM to the kernels benchmark's case registry, when it has one."""
-    try:
-        from .kernels import Case, register_cases
-    except ImportError:
-        return
-
-    @register_cases
-    def lstm_cases(ctx):
-        from ..kernels import lstm as klstm
-        from ..kernels import reference as ref
-        for T, N, F, H in dict.fromkeys(CASES.values()):
-            arrays = _arrays(T, N, F, H)
-            shape = f"T{T} N{N} F{F} H{H}"
-            nb, tw = _kernel_fns(klstm, *arrays), _kernel_fns(ref, *arrays)
-            th = _torch_fns(*arrays) if ctx.torch is not None else (None, None)
-            yield Case("lstm fwd", shape, nb[0], tw[0], th[0], flops(T, N, F, H, False))
-            yield Case("lstm fwd+bwd", shape, nb[1], tw[1], th[1], flops(T, N, F, H, True))
+def lstm_cases(ctx):
+    """The LSTM's rows of the kernels benchmark (a provider in :data:`minips.bench.kernels.KERNEL_CASES`)."""
+    from ..kernels import lstm as klstm
+    from ..kernels import reference as ref
+    for T, N, F, H in dict.fromkeys(CASES.values()):
+        arrays = _arrays(T, N, F, H)
+        shape = f"T{T} N{N} F{F} H{H}"
+        nb, tw = _kernel_fns(klstm, *arrays), _kernel_fns(ref, *arrays)
+        th = _torch_fns(*arrays) if ctx.torch is not None else (None, None)
+        yield Case("lstm fwd", shape, nb[0], tw[0], th[0], flops(T, N, F, H, False))
+        yield Case("lstm fwd+bwd", shape, nb[1], tw[1], th[1], flops(T, N, F, H, True))
 
 
-_register_kernel_cases()
-
-
-@register_bench("lstm", help="LSTM forward and forward+backward: Numba kernel vs NumPy twin vs torch")
 def add_arguments(p):
     p.add_argument("--threads", type=int, default=1, help="threads for Numba, BLAS and torch (default 1)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per entry; the best is reported")

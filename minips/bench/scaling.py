@@ -50,7 +50,6 @@ from pathlib import Path
 
 from ..distributed.algorithms import BASELINE, DEFAULT_ALGOS
 from ..kernels import cpuinfo
-from .cli import register_bench
 
 __all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "reported_points"]
 
@@ -788,7 +787,6 @@ def run(args) -> int:
     return 0
 
 
-@register_bench("scaling", help="weak scaling of the training step under mpiexec; projection to many nodes")
 def add_arguments(p):
     p.add_argument("--algos", default=",".join(DEFAULT_ALGOS),
                    help="comma-separated algorithm specs NAME[:key=value]...[@LABEL] "

@@ -105,7 +105,6 @@ from pathlib import Path
 from ..distributed.algorithms import BASELINE
 from ..kernels.threads import cores_on_node
 from ..stats import CONFIDENCE, compare_with_baseline, fmt_diff, fmt_target, points_per_unit, t_interval
-from .cli import register_bench
 
 __all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "family_cells",
            "families_report", "plot_families", "run"]
@@ -1030,7 +1029,6 @@ def run(args) -> int:
     return 0
 
 
-@register_bench("study", help="convergence study: a grid of train runs under mpiexec; accuracy tables")
 def add_arguments(p):
     p.add_argument("grid", help="grid TOML file (configs/study-*.toml)")
     p.add_argument("--out", required=True, help="study directory (runs/, GRID.json, GRID.md, figures)")

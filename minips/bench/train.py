@@ -31,6 +31,7 @@ current directory unasked.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -40,7 +41,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .cli import register_bench
 
 __all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
 
@@ -164,7 +164,6 @@ def format_table(points: list) -> str:
     return "\n".join(lines)
 
 
-@register_bench("train", help="training steps/s of minips vs the same network in PyTorch (table + JSON)")
 def add_arguments(p):
     p.add_argument("--against", choices=["torch", "none"], default="none",
                    help="also train the same network in PyTorch (DDP over gloo for several ranks); "
@@ -176,7 +175,7 @@ def add_arguments(p):
     p.add_argument("--chunk", type=int, default=5, help="steps per turn when interleaving (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS/torch threads per rank (default 1)")
-    p.add_argument("--bind", action=__import__("argparse").BooleanOptionalAction, default=True,
+    p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core when ranks x threads fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "

@@ -38,7 +38,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from .cli import register_bench
 
 __all__ = ["VirtualBenchError", "run", "format_table"]
 
@@ -142,7 +141,6 @@ def _gb(b) -> str:
     return "" if b is None else f"{b / 2**30:.2f} GiB"
 
 
-@register_bench("virtual", help="cost of virtual ranks: time per sample vs plain train, peak memory (table + JSON)")
 def add_arguments(p):
     p.add_argument("--ranks", default="16,64,128", help="virtual rank counts to time (default 16,64,128)")
     p.add_argument("--model", default="convnet", help="model of the time runs (default convnet)")

@@ -17,6 +17,8 @@ and 1 as one Numba element loop). Editing either changes the next run.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from numba import njit
 
@@ -63,24 +65,31 @@ class AdaptivePredictor(Predictor):
     """
 
     name = "adaptive"
-    OPTIONS = ("rho", "rho_l", "h_max", "lambda0", "eps", "adapt_lambda")
     CODE = "Numba loop"
 
-    def __init__(self, staleness: int = 1, rho: float = 0.9, rho_l: float = 0.99, h_max: float = 10.0,
-                 lambda0: float = 0.0, eps: float = 1e-12, adapt_lambda: bool = True):
-        super().__init__(staleness)
-        for nm, v in (("rho", rho), ("rho_l", rho_l)):
-            if not 0 <= v < 1:
-                raise ValueError(f"adaptive: {nm} must be in [0, 1), got {v}")
-        if not h_max > 0:  # also refuses NaN
-            raise ValueError(f"adaptive: h_max must be > 0, got {h_max}")
-        if not 0 < eps < 1e-3:  # it only guards a division; 0 divides by zero, a large eps biases h
-            raise ValueError(f"adaptive: eps must be in (0, 1e-3), got {eps} (default 1e-12)")
-        if not 0 <= lambda0 <= 1:
-            raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {lambda0}")
-        self.rho, self.rho_l, self.h_max, self.eps = rho, rho_l, h_max, eps
-        self.adapt_lambda = adapt_lambda
-        self.lambda0 = self.lam = float(lambda0)
+    @dataclass
+    class Options:
+        rho: float = field(default=0.9, metadata={"help": "smoothing of the secant sums, in [0, 1)"})
+        rho_l: float = field(default=0.99, metadata={"help": "smoothing of the confidence regression, in [0, 1)"})
+        h_max: float = field(default=10.0, metadata={"help": "clip of the curvature estimate, > 0"})
+        lambda0: float = field(default=0.0, metadata={"help": "starting confidence lambda, in [0, 1]"})
+        eps: float = field(default=1e-12, metadata={"help": "guard of the curvature's division, in (0, 1e-3)"})
+        adapt_lambda: bool = field(default=True, metadata={"help": "learn lambda (false: keep lambda0)"})
+
+        def validate(self):
+            for nm, v in (("rho", self.rho), ("rho_l", self.rho_l)):
+                if not 0 <= v < 1:
+                    raise ValueError(f"adaptive: {nm} must be in [0, 1), got {v}")
+            if not self.h_max > 0:  # also refuses NaN
+                raise ValueError(f"adaptive: h_max must be > 0, got {self.h_max}")
+            if not 0 < self.eps < 1e-3:  # it only guards a division; 0 divides by zero, a large eps biases h
+                raise ValueError(f"adaptive: eps must be in (0, 1e-3), got {self.eps} (default 1e-12)")
+            if not 0 <= self.lambda0 <= 1:
+                raise ValueError(f"adaptive: lambda0 must be in [0, 1], got {self.lambda0}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.lambda0 = self.lam = float(self.lambda0)
         self.num = self.den = 0.0               # step 3's smoothed <a, c> and <c, c>
         self.Sgw = self.Sww = self.h = None     # step 1's smoothed secant sums and curvature
         self.G_prev = self.w_prev = None        # the previous arrival, for the secant

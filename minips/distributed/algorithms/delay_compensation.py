@@ -31,9 +31,11 @@ section 1 (the stability tables); each rule next to its code: docs/distributed.m
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from .predictors import Predictor
+from .predictor_base import Predictor
 
 __all__ = ["SpikeCompensation", "DCASGD", "GapAware", "COMPENSATIONS", "spike_coefficients"]
 
@@ -104,14 +106,21 @@ class SpikeCompensation(Predictor):
     """
 
     name = "spike"
-    OPTIONS = ("sc", "lwp")
 
-    def __init__(self, staleness: int = 1, sc: bool = True, lwp: float = 0.0):
-        super().__init__(staleness)
-        if not (np.isfinite(lwp) and lwp >= 0):
-            raise ValueError(f"spike: lwp must be a finite number >= 0 (the weight-prediction horizon in "
-                             f"steps; 0 = off, about k/2 with sc), got {lwp}")
-        self.sc, self.lwp = bool(sc), float(lwp)
+    @dataclass
+    class Options:
+        sc: bool = field(default=True, metadata={
+            "help": "apply spike compensation (false: the optimizer's step as it is)"})
+        lwp: float = field(default=0.0, metadata={"help": "weight-prediction horizon (0 = off)", "unit": "steps"})
+
+        def validate(self):
+            if not (np.isfinite(self.lwp) and self.lwp >= 0):
+                raise ValueError(f"spike: lwp must be a finite number >= 0 (the weight-prediction horizon in "
+                                 f"steps; 0 = off, about k/2 with sc), got {self.lwp}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.sc, self.lwp = bool(self.sc), float(self.lwp)
         self.last_step = None  # w_t - w_{t-1}, the step applied last (for LWP)
 
     def forecast(self, G, w_now, w_then):
@@ -185,18 +194,27 @@ class DCASGD(Predictor):
     """
 
     name = "dc-asgd"
-    OPTIONS = ("lambda0", "m", "adaptive", "eps")
 
-    def __init__(self, staleness: int = 1, lambda0: float = 2.0, m: float = 0.95, adaptive: bool = True,
-                 eps: float = 1e-7):
-        super().__init__(staleness)
-        if not (np.isfinite(lambda0) and lambda0 >= 0):
-            raise ValueError(f"dc-asgd: lambda0 must be a finite number >= 0 (0 = no compensation), got {lambda0}")
-        if not 0 <= m < 1:
-            raise ValueError(f"dc-asgd: m must be in [0, 1) (the MeanSquare smoothing; paper: 0.95), got {m}")
-        if not 0 < eps < 1e-2:
-            raise ValueError(f"dc-asgd: eps must be in (0, 1e-2) (it only guards a division), got {eps}")
-        self.lambda0, self.m, self.adaptive, self.eps = float(lambda0), float(m), bool(adaptive), float(eps)
+    @dataclass
+    class Options:
+        lambda0: float = field(default=2.0, metadata={"help": "compensation strength (0 = none)"})
+        m: float = field(default=0.95, metadata={"help": "MeanSquare smoothing, in [0, 1)"})
+        adaptive: bool = field(default=True, metadata={"help": "DC-ASGD-a (false: DC-ASGD-c, lambda constant)"})
+        eps: float = field(default=1e-7, metadata={"help": "guard of the division, in (0, 1e-2)"})
+
+        def validate(self):
+            if not (np.isfinite(self.lambda0) and self.lambda0 >= 0):
+                raise ValueError(f"dc-asgd: lambda0 must be a finite number >= 0 (0 = no compensation), "
+                                 f"got {self.lambda0}")
+            if not 0 <= self.m < 1:
+                raise ValueError(f"dc-asgd: m must be in [0, 1) (the MeanSquare smoothing; paper: 0.95), got {self.m}")
+            if not 0 < self.eps < 1e-2:
+                raise ValueError(f"dc-asgd: eps must be in (0, 1e-2) (it only guards a division), got {self.eps}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.lambda0, self.m, self.adaptive, self.eps = (float(self.lambda0), float(self.m), bool(self.adaptive),
+                                                         float(self.eps))
         self.mean_square = None
 
     def forecast(self, G, w_now, w_then):
@@ -251,16 +269,22 @@ class GapAware(Predictor):
     """
 
     name = "gap-aware"
-    OPTIONS = ("beta", "fixed_c")
 
-    def __init__(self, staleness: int = 1, beta: float = 0.99, fixed_c: float = 0.0):
-        super().__init__(staleness)
-        if not 0 <= beta < 1:
-            raise ValueError(f"gap-aware: beta must be in [0, 1) (the step-size smoothing), got {beta}")
-        if not fixed_c >= 0:
-            raise ValueError(f"gap-aware: fixed_c must be >= 0 (0 = C from the moving average of steps), "
-                             f"got {fixed_c}")
-        self.beta, self.fixed_c = float(beta), float(fixed_c)
+    @dataclass
+    class Options:
+        beta: float = field(default=0.99, metadata={"help": "step-size smoothing, in [0, 1)"})
+        fixed_c: float = field(default=0.0, metadata={"help": "a constant C > 0, or 0 for the moving average"})
+
+        def validate(self):
+            if not 0 <= self.beta < 1:
+                raise ValueError(f"gap-aware: beta must be in [0, 1) (the step-size smoothing), got {self.beta}")
+            if not self.fixed_c >= 0:
+                raise ValueError(f"gap-aware: fixed_c must be >= 0 (0 = C from the moving average of steps), "
+                                 f"got {self.fixed_c}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.beta, self.fixed_c = float(self.beta), float(self.fixed_c)
         self.S, self.n, self.w_last = None, 0, None
 
     def forecast(self, G, w_now, w_then):
@@ -296,5 +320,5 @@ class GapAware(Predictor):
             setattr(self, k, None if v is None else np.array(v, dtype=np.float32))
 
 
-#: name -> class, merged into predictors.PREDICTORS
+#: name -> class; rows of the predictors' table (predictors.PREDICTORS)
 COMPENSATIONS = {cls.name: cls for cls in (SpikeCompensation, DCASGD, GapAware)}

@@ -38,6 +38,7 @@ The arithmetic is NumPy in :meth:`LayerwiseLocalPredictor.predict`
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,16 +69,22 @@ class LayerwiseLocalPredictor(LocalPredictor):
     """
 
     name = "layerwise-local"
-    OPTIONS = ("rho", "warmup")
     payload_per_tensor = 2
 
-    def __init__(self, staleness: int = 1, rho: float = 0.99, warmup: int = 10):
-        super().__init__(staleness)
-        if not 0 <= rho < 1:
-            raise ValueError(f"layerwise-local: rho must be in [0, 1), got {rho}")
-        if warmup < 0:
-            raise ValueError(f"layerwise-local: warmup must be >= 0, got {warmup}")
-        self.rho, self.warmup = float(rho), int(warmup)
+    @dataclass
+    class Options:
+        rho: float = field(default=0.99, metadata={"help": "smoothing of each tensor's regression, in [0, 1)"})
+        warmup: int = field(default=10, metadata={"help": "directions before lambda is learnt", "unit": "steps"})
+
+        def validate(self):
+            if not 0 <= self.rho < 1:
+                raise ValueError(f"layerwise-local: rho must be in [0, 1), got {self.rho}")
+            if self.warmup < 0:
+                raise ValueError(f"layerwise-local: warmup must be >= 0, got {self.warmup}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.rho, self.warmup = float(self.rho), int(self.warmup)
         self.starts = None               # int64 (L,): each tensor's first element in the flat buffer
         self.sizes = None                # int64 (L,)
         self.samples = 0

@@ -47,6 +47,7 @@ and its regression sums in one Numba element loop, :func:`_adaptive_local_loop`.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -88,18 +89,26 @@ class LocalPredictor(Predictor):
     """
 
     name = "local"
-    OPTIONS = ("sync_warmup",)
     uses_local_gradient = True
 
     #: subtract g_{t-k} with the weight it was added with (adaptive-local's option)
     telescope = True
+    #: synchronous steps first (local's option; 0 for the rules built on local that lack it)
+    sync_warmup = 0
 
-    def __init__(self, staleness: int = 1, sync_warmup: int = 0):
-        super().__init__(staleness)
-        if sync_warmup < 0:
-            raise ValueError(f"local: sync_warmup must be >= 0 (synchronous steps first; 0 = none), "
-                             f"got {sync_warmup}")
-        self.sync_warmup = int(sync_warmup)
+    @dataclass
+    class Options:
+        sync_warmup: int = field(default=0, metadata={"help": "synchronous steps first (0 = none)",
+                                                      "unit": "steps"})
+
+        def validate(self):
+            if self.sync_warmup < 0:
+                raise ValueError(f"local: sync_warmup must be >= 0 (synchronous steps first; 0 = none), "
+                                 f"got {self.sync_warmup}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.sync_warmup = int(self.sync_warmup)
         self.lam = 1.0
         self.t = 0          # local gradients observed (the next one is g_t)
         self.ring = None    # float32 (k+1, n): g^i_{t-k} .. g^i_t
@@ -209,22 +218,30 @@ class AdaptiveLocalPredictor(LocalPredictor):
     """
 
     name = "adaptive-local"
-    OPTIONS = ("rho", "lambda0", "warmup", "telescope")
     CODE = "Numba loop"
     extra_floats = 2
 
-    def __init__(self, staleness: int = 1, rho: float = 0.99, lambda0: float = 1.0, warmup: int = 10,
-                 telescope: bool = True):
-        super().__init__(staleness)
-        self.telescope = bool(telescope)
-        if not 0 <= rho < 1:
-            raise ValueError(f"adaptive-local: rho must be in [0, 1), got {rho}")
-        if not 0 <= lambda0 <= 1:
-            raise ValueError(f"adaptive-local: lambda0 must be in [0, 1], got {lambda0}")
-        if warmup < 0:
-            raise ValueError(f"adaptive-local: warmup must be >= 0, got {warmup}")
-        self.rho, self.lambda0, self.warmup = rho, float(lambda0), int(warmup)
-        self.lam = float(lambda0)
+    @dataclass
+    class Options:
+        rho: float = field(default=0.99, metadata={"help": "smoothing of the pooled regression, in [0, 1)"})
+        lambda0: float = field(default=1.0, metadata={"help": "lambda during the warm-up, in [0, 1]"})
+        warmup: int = field(default=10, metadata={"help": "directions before lambda is learnt", "unit": "steps"})
+        telescope: bool = field(default=True, metadata={
+            "help": "subtract g_{t-k} with the weight it was added with (false: with today's lambda)"})
+
+        def validate(self):
+            if not 0 <= self.rho < 1:
+                raise ValueError(f"adaptive-local: rho must be in [0, 1), got {self.rho}")
+            if not 0 <= self.lambda0 <= 1:
+                raise ValueError(f"adaptive-local: lambda0 must be in [0, 1], got {self.lambda0}")
+            if self.warmup < 0:
+                raise ValueError(f"adaptive-local: warmup must be >= 0, got {self.warmup}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
+        self.telescope = bool(self.telescope)
+        self.lambda0, self.warmup = float(self.lambda0), int(self.warmup)
+        self.lam = float(self.lambda0)
         self.num = self.den = 0.0
         self.samples = 0                 # pooled regression samples folded in
         self.j = 0                       # directions computed after the fill

@@ -49,6 +49,7 @@ from collections import deque
 import numpy as np
 
 from .local_predictors import LocalPredictor
+from .predictor_base import Predictor
 
 __all__ = ["LocalRewindPredictor", "impulse_shares"]
 
@@ -84,10 +85,10 @@ class LocalRewindPredictor(LocalPredictor):
     """
 
     name = "local-rewind"
-    OPTIONS = ()
+    Options = Predictor.Options  # no options (local's sync_warmup is not one of them)
 
-    def __init__(self, staleness: int = 1):
-        super().__init__(staleness)
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
         self.delta = None                    # G_{t-k} - g^i_{t-k}, applied by the next apply_step
         self.lrs = deque(maxlen=self.k)      # lr of the last k steps, oldest first
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 import inspect
 import os
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from numba import njit
+
+from ...options import fields_of
 
 __all__ = ["Predictor", "arrival_sums"]
 
@@ -106,8 +109,13 @@ class Predictor:
     #: None); kept with the forecast to score it when its gradient arrives.
     last_correction = None
 
-    #: names of the constructor's options, recorded by :meth:`options`
-    OPTIONS: tuple = ()
+    @dataclass
+    class Options:
+        """No options. A rule with options declares its own ``Options``
+        dataclass (as the algorithms do, :mod:`minips.options`): one field per
+        option with its default and ``metadata={"help": ...}``, and a
+        ``validate()`` raising ValueError; the constructor takes them as
+        keywords and sets each as an attribute of the same name."""
 
     #: True when the direction uses this rank's own fresh gradient (``local``,
     #: ``adaptive-local``): ranks then apply different updates, pseudo-sync
@@ -141,11 +149,16 @@ class Predictor:
         """The predictor's options as constructed (defaults included), e.g.
         ``{"rho": 0.9, ...}``; the Trainer writes them to summary.json so a run
         says exactly which predictor it used."""
-        return {"staleness": self.k, **{n: getattr(self, n) for n in self.OPTIONS}}
+        return {"staleness": self.k, **{n: getattr(self, n) for n in fields_of(self.Options)}}
 
-    def __init__(self, staleness: int = 1):
+    def __init__(self, staleness: int = 1, **options):
         if staleness < 1:
             raise ValueError(f"staleness must be >= 1, got {staleness}")
+        opts = self.Options(**options)  # an unknown keyword: TypeError, as for any function
+        if hasattr(opts, "validate"):
+            opts.validate()
+        for n in fields_of(self.Options):
+            setattr(self, n, getattr(opts, n))
         self.k = staleness
         self.diagnostics: dict = {}
         # forecasts waiting for their true gradient, oldest first:

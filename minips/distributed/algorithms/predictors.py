@@ -43,9 +43,13 @@ simulation (:mod:`minips.distributed.staleness_lab`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
+from ...options import fields_of
 from .aesp import AdaptivePredictor
+from .delay_compensation import DCASGD, GapAware, SpikeCompensation
 from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
 from .local_layerwise import LayerwiseLocalPredictor
 from .local_rewind import LocalRewindPredictor
@@ -74,13 +78,17 @@ class EMAPredictor(Predictor):
     """
 
     name = "ema"
-    OPTIONS = ("alpha",)
 
-    def __init__(self, staleness: int = 1, alpha: float = 0.5):
-        super().__init__(staleness)
-        if not 0 < alpha <= 1:
-            raise ValueError(f"ema: alpha must be in (0, 1], got {alpha}")
-        self.alpha = alpha
+    @dataclass
+    class Options:
+        alpha: float = field(default=0.5, metadata={"help": "smoothing weight of the newest arrival, in (0, 1]"})
+
+        def validate(self):
+            if not 0 < self.alpha <= 1:
+                raise ValueError(f"ema: alpha must be in (0, 1], got {self.alpha}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
         self.S = None
 
     def forecast(self, G, w_now, w_then):
@@ -110,14 +118,19 @@ class HoltPredictor(Predictor):
     """
 
     name = "holt"
-    OPTIONS = ("alpha", "beta")
 
-    def __init__(self, staleness: int = 1, alpha: float = 0.5, beta: float = 0.1):
-        super().__init__(staleness)
-        for nm, v in (("alpha", alpha), ("beta", beta)):
-            if not 0 < v <= 1:
-                raise ValueError(f"holt: {nm} must be in (0, 1], got {v}")
-        self.alpha, self.beta = alpha, beta
+    @dataclass
+    class Options:
+        alpha: float = field(default=0.5, metadata={"help": "smoothing weight of the level, in (0, 1]"})
+        beta: float = field(default=0.1, metadata={"help": "smoothing weight of the trend, in (0, 1]"})
+
+        def validate(self):
+            for nm, v in (("alpha", self.alpha), ("beta", self.beta)):
+                if not 0 < v <= 1:
+                    raise ValueError(f"holt: {nm} must be in (0, 1], got {v}")
+
+    def __init__(self, staleness: int = 1, **options):
+        super().__init__(staleness, **options)
         self.L = self.B = None
 
     def forecast(self, G, w_now, w_then):
@@ -157,23 +170,25 @@ class LookaheadPredictor(Predictor):
         return w - np.float32(self.k * optimizer.lr * optimizer.momentum) * v
 
 
+#: The table of predictors: name -> class, every rule pseudo-sync can use (its
+#: ``predictor`` option). A new predictor is a class (subclass of Predictor) and a row here.
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
                                         AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor,
-                                        LocalRewindPredictor, LayerwiseLocalPredictor)}
+                                        LocalRewindPredictor, LayerwiseLocalPredictor,
+                                        SpikeCompensation, DCASGD, GapAware)}
 
 
 def make_predictor(name: str, staleness: int = 1, **options) -> Predictor:
-    """Build a predictor by name with its options.
+    """Build a predictor by name with its options (the fields of its ``Options``).
 
     Raises:
         ValueError: unknown name (valid ones listed) or unknown option (valid
             options of that predictor listed).
     """
-    import inspect
     if name not in PREDICTORS:
         raise ValueError(f"unknown predictor {name!r}; choose one of {', '.join(PREDICTORS)}")
     cls = PREDICTORS[name]
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "staleness"}
+    accepted = set(fields_of(cls.Options))
     bad = sorted(set(options) - accepted)
     if bad:
         raise ValueError(f"predictor {name!r} has no option(s) {', '.join(bad)}; "

@@ -37,7 +37,6 @@ pending) and one that the next backward writes into.
 """
 from __future__ import annotations
 
-import inspect
 import typing
 from collections import deque
 from contextlib import contextmanager
@@ -45,17 +44,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...options import fields_of
 from .base import Algorithm
-from .delay_compensation import COMPENSATIONS
 from .predictors import PREDICTORS, make_predictor
 from .spec import convert_value
 
 __all__ = ["PseudoSyncSGD"]
-
-# The replicated delay compensations (spike, dc-asgd, gap-aware) live in their own module and
-# subclass predictors.Predictor, so predictors.py cannot import them (an import circle): they
-# join its table here, before the Options below read it.
-PREDICTORS.update(COMPENSATIONS)
 
 
 class _Pending:
@@ -111,8 +105,8 @@ class PseudoSyncSGD(Algorithm):
             if self.staleness < 1:
                 raise ValueError(f"staleness must be >= 1, got {self.staleness} "
                                  "(staleness 0 is plain synchronous SGD: use sync)")
-            if self.predictor in PREDICTORS:  # typed like the predictor's arguments ("0.95" -> 0.95)
-                hints = typing.get_type_hints(PREDICTORS[self.predictor].__init__)
+            if self.predictor in PREDICTORS:  # typed like the fields of the predictor's Options ("0.95" -> 0.95)
+                hints = typing.get_type_hints(PREDICTORS[self.predictor].Options)
                 self.predictor_options = {k: convert_value(v, hints[k], f"{self.predictor} option {k}")
                                           if k in hints else v for k, v in self.predictor_options.items()}
             try:
@@ -129,11 +123,7 @@ class PseudoSyncSGD(Algorithm):
     @classmethod
     def extra_options(cls) -> dict:
         """Each predictor's options and defaults (what ``key=value`` may add)."""
-        out = {}
-        for name, pcls in PREDICTORS.items():
-            sig = inspect.signature(pcls.__init__)
-            out[name] = {n: p.default for n, p in sig.parameters.items() if n not in ("self", "staleness")}
-        return out
+        return {name: fields_of(pcls.Options) for name, pcls in PREDICTORS.items()}
 
     # --- what the generic layers ask (base.Algorithm's hooks) ----------------------------
     TRACE_COLUMNS = {"lambda": ("predictor confidence", "lambda (confidence in history)"),

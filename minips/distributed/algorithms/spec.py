@@ -13,7 +13,9 @@ projection, ``python -m minips algorithms``)::
 Options are separated by colons so that comma-separated lists of specs
 (``--algos a,b,c``) stay unambiguous. KEY may use dashes or underscores.
 VALUE is converted to the type of the option's field in the algorithm's
-``Options`` dataclass (int, float, bool: true/false/1/0/yes/no, str).
+``Options`` dataclass by :func:`minips.options.convert_value` (int, float, str;
+bool: true/false, yes/no, on/off in any case, or 1/0); a key the class does not
+know, bound for its ``EXTRA`` dict, is read by :func:`minips.options.parse_literal`.
 
 An algorithm's ``Options`` is a dataclass whose fields carry
 ``metadata={"help": ..., "unit": ..., "choices": (...)}`` (choices: the only
@@ -25,11 +27,13 @@ passes them to its predictor, e.g. ``pseudo-sync:predictor=adaptive:rho=0.95``).
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import dataclass
 
-__all__ = ["ParsedSpec", "parse_spec", "convert_value", "build_options", "option_rows", "options_dict"]
+from ...options import base_type, convert_value, option_rows, options_dict, parse_literal
+
+__all__ = ["ParsedSpec", "parse_spec", "convert_value", "build_options", "option_rows", "options_dict",
+           "parse_literal", "base_type"]
 
 
 @dataclass(frozen=True)
@@ -90,80 +94,6 @@ def parse_spec(text: str) -> ParsedSpec:
     return ParsedSpec(name, keyed, tuple(positional), label.strip() if at else None, text)
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-def _base_type(tp) -> type:
-    """``int | None`` -> int; ``"float"`` (string annotations) -> float."""
-    if isinstance(tp, str):
-        tp = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict}.get(
-            tp.replace(" | None", "").replace("Optional[", "").rstrip("]").strip(), str)
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if args:
-        return _base_type(args[0])
-    origin = typing.get_origin(tp)
-    return origin or tp
-
-
-def convert_value(value, tp, where: str):
-    """Convert a spec/flag/TOML ``value`` to the field type ``tp``.
-
-    Strings are parsed (``"8"`` -> 8 for int); values of the right type pass;
-    an int is accepted for a float. ``where`` names the option in errors.
-
-    Raises:
-        ValueError: the value does not convert, naming the option and the type wanted.
-    """
-    base = _base_type(tp)
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
-            return value.lower() in _TRUE
-        raise ValueError(f"{where} must be true or false, got {value!r}")
-    if base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        raise ValueError(f"{where} must be an integer, got {value!r}")
-    if base is float:
-        out = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out = float(value)
-        elif isinstance(value, str):
-            try:
-                out = float(value)
-            except ValueError:
-                pass
-        if out is None:
-            raise ValueError(f"{where} must be a number, got {value!r}")
-        if not math.isfinite(out):  # nan/inf pass float() but no option means them (and JSON cannot hold them)
-            raise ValueError(f"{where} must be a finite number, got {value!r}")
-        return out
-    if base is dict:
-        if isinstance(value, dict):
-            return dict(value)
-        raise ValueError(f"{where} must be a table of options, got {value!r}")
-    return value if isinstance(value, str) else str(value)
-
-
-def _literal(value: str):
-    """An extra option's value from a spec string: int, float, bool or str."""
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(value)
-        except ValueError:
-            pass
-    return value
-
-
 def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None = None, **given):
     """The ``cls.Options`` instance for a spec, validated.
 
@@ -203,7 +133,7 @@ def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None =
         if k not in fields:
             if extra_field:
                 raw = values.pop(k)
-                extra[k] = _literal(raw) if isinstance(raw, str) else raw
+                extra[k] = parse_literal(raw)
                 continue
             valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
             raise ValueError(f"{where} {cls.name} has no option {k.replace('_', '-')!r}; its options: {valid} "
@@ -250,21 +180,3 @@ def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None =
         except ValueError as e:
             raise ValueError(f"{cls.name}: {e}" if parsed is None else f"{where} {e}") from None
     return opts
-
-
-def options_dict(opts) -> dict:
-    """The options as a plain dict (for summary.json and the listing)."""
-    return dataclasses.asdict(opts)
-
-
-def option_rows(Opts) -> list[dict]:
-    """One dict per option of an ``Options`` class: name, type, default, unit, help."""
-    hints = typing.get_type_hints(Opts)
-    rows = []
-    for f in dataclasses.fields(Opts):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        rows.append({"name": f.name.replace("_", "-"), "type": _base_type(hints.get(f.name, f.type)).__name__,
-                     "default": default, "unit": f.metadata.get("unit", ""), "help": f.metadata.get("help", ""),
-                     "choices": list(f.metadata.get("choices", ()))})
-    return rows

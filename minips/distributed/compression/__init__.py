@@ -17,8 +17,7 @@ names (the quantizer is ``qsgd-quant``).
 """
 from __future__ import annotations
 
-import inspect
-
+from ...options import fields_of, parse_literal
 from .base import Compressor, Payload
 from .communicator import exchange, gossip_exchange
 from .countsketch import CountSketch
@@ -41,27 +40,13 @@ COMPRESSORS: dict[str, type[Compressor]] = {
 
 
 def compressor_options(name: str) -> dict:
-    """``{option: default}`` of compressor ``name`` (for listings and errors)."""
-    sig = inspect.signature(COMPRESSORS[name].__init__)
-    return {n: p.default for n, p in sig.parameters.items() if n != "self"}
-
-
-def _literal(value):
-    if not isinstance(value, str):
-        return value
-    low = value.lower()
-    if low in ("true", "false", "yes", "no"):
-        return low in ("true", "yes")
-    for conv in (int, float):
-        try:
-            return conv(value)
-        except ValueError:
-            pass
-    return value
+    """``{option: default}`` of compressor ``name``: the fields of its ``Options`` (for listings and errors)."""
+    return fields_of(COMPRESSORS[name].Options)
 
 
 def parse_compressor(spec: str) -> tuple[str, dict]:
-    """``"topk:ratio=0.01"`` -> ``("topk", {"ratio": 0.01})`` (values as int, float, bool or str).
+    """``"topk:ratio=0.01"`` -> ``("topk", {"ratio": 0.01})`` (values read by
+    :func:`minips.options.parse_literal`: bool, int, float or str).
 
     Raises:
         ValueError: an option without ``=``.
@@ -72,19 +57,22 @@ def parse_compressor(spec: str) -> tuple[str, dict]:
         if "=" not in p:
             raise ValueError(f"compressor spec {spec!r}: write NAME:key=value..., e.g. topk:ratio=0.01")
         k, _, v = p.partition("=")
-        opts[k.strip().replace("-", "_")] = _literal(v.strip())
+        opts[k.strip().replace("-", "_")] = parse_literal(v.strip())
     return name.strip(), opts
 
 
 def make_compressor(spec: str, **options) -> Compressor:
-    """A compressor from a spec (``"topk:ratio=0.01"``) and/or keyword options.
+    """A compressor from a spec (``"topk:ratio=0.01"``) and/or keyword options
+    (keywords win; None values are dropped). Values in text are read by
+    :func:`minips.options.parse_literal`; the compressor's constructor types
+    them by its ``Options`` fields and checks their ranges (``Options.validate()``).
 
     Raises:
         ValueError: unknown name or option (the valid ones listed), or a bad
             value (the compressor's own one-line message).
     """
     name, opts = parse_compressor(spec)
-    opts.update({k.replace("-", "_"): _literal(v) for k, v in options.items() if v is not None})
+    opts.update({k.replace("-", "_"): parse_literal(v) for k, v in options.items() if v is not None})
     if name not in COMPRESSORS:
         raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
     valid = compressor_options(name)
@@ -92,20 +80,4 @@ def make_compressor(spec: str, **options) -> Compressor:
     if bad:
         listed = ", ".join(k.replace("_", "-") for k in valid) or "none"
         raise ValueError(f"compressor {name} has no option {bad[0].replace('_', '-')!r}; its options: {listed}")
-    for k, v in opts.items():  # an integer option given a fraction, e.g. k=0.5
-        default = valid[k]
-        if k in ("k", "cols", "s", "bucket", "rows", "block", "seed") and not (isinstance(v, int) and
-                                                                               not isinstance(v, bool)):
-            raise ValueError(f"compressor {name}: option {k} must be an integer, got "
-                             + (f"no value ({k}=)" if v == "" else repr(v))
-                             + ("; for a fraction use ratio=" if k == "k" else f"; write e.g. {k}={default or 1}"))
-        is_number = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if isinstance(default, float) and not is_number:  # e.g. ratio=abc, or ratio= with no value
-            raise ValueError(f"compressor {name}: option {k} must be a number, got "
-                             + (f"no value ({k}=)" if v == "" else repr(v)) + f"; write e.g. {k}={default}")
-        if isinstance(default, bool) and not isinstance(v, bool):
-            raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
-                             f"{k}={str(default).lower()}")
-        if isinstance(default, float) and isinstance(v, int):
-            opts[k] = float(v)
     return COMPRESSORS[name](**opts)

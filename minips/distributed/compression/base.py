@@ -24,11 +24,14 @@ must differ), so runs are reproducible and a resumed run draws the same.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-__all__ = ["Compressor", "Payload", "check_vector", "resolve_k"]
+from ...options import base_type, convert_value, fields_of, parse_literal
+
+__all__ = ["Compressor", "Payload", "check_options_types", "check_vector", "resolve_k"]
 
 
 @dataclass
@@ -68,6 +71,51 @@ def check_k(name: str, k) -> None:
         raise ValueError(f"{name}: k must be >= 1 (entries kept), got {k}; or give ratio=FRACTION instead")
 
 
+def check_options_types(name: str, opts) -> None:
+    """Give each option of ``opts`` (a compressor's ``Options``) its declared
+    type, in place, or raise the compressor's one-line message.
+
+    A text value is read by :func:`minips.options.parse_literal` first (so a
+    spec's ``k=8`` and a keyword ``k="8"`` are the same) and a NumPy scalar
+    becomes its Python value; then an ``int`` option takes an integer (never
+    a bool or a fraction), a ``float`` option a number (an integer becomes a
+    float; ``validate()`` checks its range), a ``bool`` option ``true/yes/on``,
+    ``false/no/off`` or 1/0 (:func:`minips.options.convert_value`). ``None``
+    passes where it is the default.
+
+    Raises:
+        ValueError: ``compressor NAME: option K must be an integer|a number|true
+            or false, got V; write e.g. K=DEFAULT`` (for ``k``: ``for a fraction use ratio=``).
+    """
+    hints = typing.get_type_hints(type(opts))
+    defaults = fields_of(type(opts))
+    for f in fields(opts):
+        k, v, default = f.name, parse_literal(getattr(opts, f.name)), defaults[f.name]
+        if isinstance(v, np.generic):  # np.int64(8), np.float32(0.1), np.bool_: the Python value
+            v = v.item()
+        if v is None and default is None:
+            continue
+        tp = base_type(hints[k])
+        got = f"no value ({k}=)" if v == "" else repr(v)
+        example = f.metadata.get("example", default if default else 1)
+        if tp is int:
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"compressor {name}: option {k} must be an integer, got {got}"
+                                 + ("; for a fraction use ratio=" if k == "k" else f"; write e.g. {k}={example}"))
+            v = int(v)
+        elif tp is float:
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ValueError(f"compressor {name}: option {k} must be a number, got {got}; write e.g. {k}={example}")
+            v = float(v)
+        elif tp is bool:
+            try:
+                v = convert_value(v, bool, k)
+            except ValueError:
+                raise ValueError(f"compressor {name}: option {k} must be true or false, got {v!r}; write e.g. "
+                                 f"{k}={str(default).lower()}") from None
+        setattr(opts, k, v)
+
+
 def resolve_k(name: str, k, ratio, d: int) -> int:
     """Entries kept of a d-vector: ``k`` if given, else ``ceil(ratio d)`` (at least 1).
 
@@ -86,10 +134,20 @@ class Compressor:
     """Base class: identity-free defaults and the byte packing.
 
     Subclasses set ``name``, ``summable``, ``unbiased`` (``E[decompress(compress(v))] = v``),
-    validate their options in ``__init__`` (ValueError naming the option and
-    the fix), and implement :meth:`compress`, :meth:`decompress`, and for
-    non-summable ones :meth:`layout` (dtype and length of each array from the
-    packed length and d).
+    declare their options as a nested ``Options`` dataclass (as algorithms and
+    predictors do, :mod:`minips.options`), and implement :meth:`compress`,
+    :meth:`decompress`, and for non-summable ones :meth:`layout` (dtype and
+    length of each array from the packed length and d).
+
+    Args:
+        **options: the fields of ``Options``; each is typed by
+            :func:`check_options_types`, checked by ``Options.validate()`` and
+            set as an attribute of the same name.
+
+    Raises:
+        TypeError: an option the compressor does not have (:func:`~minips.distributed.compression.make_compressor`
+            names the valid ones instead).
+        ValueError: a value of the wrong type or out of range, naming the option and the fix.
     """
 
     name = "base"
@@ -101,6 +159,24 @@ class Compressor:
     #: qsgd-quant at s = 15, topk and randomk at ratio 0.01, countsketch 5 rows at ratio 0.05)
     compress_ns: float = 0.0
     decompress_ns: float = 0.0
+
+    @dataclass
+    class Options:
+        """No options. A compressor with options declares its own ``Options``:
+        one field per option with its type, default and ``metadata={"help": ...}``
+        (``"example"``: the value an error suggests where the default is None),
+        and, if a value can be out of range, a ``validate()`` raising ValueError."""
+
+        def validate(self) -> None:
+            pass
+
+    def __init__(self, **options):
+        opts = self.Options(**options)  # an unknown keyword: TypeError, as for any function
+        check_options_types(self.name, opts)
+        if hasattr(opts, "validate"):
+            opts.validate()
+        for n in fields_of(self.Options):
+            setattr(self, n, getattr(opts, n))
 
     def seconds(self, d: int, decodes: int = 1) -> float:
         """Modelled seconds to compress a d-vector once and decompress

@@ -16,6 +16,7 @@ of memory).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,14 +31,25 @@ class CountSketch(Compressor):
     summable = True
     compress_ns, decompress_ns = 4.1, 58.0  # CPU ns/entry, docs/bench/compression/compress-time.json
 
-    def __init__(self, rows: int = 5, cols: int | None = None, ratio: float = 0.05, seed: int = 0):
-        if not isinstance(rows, (int, np.integer)) or rows < 1:
-            raise ValueError(f"countsketch: rows must be an integer >= 1 (hash rows; 5 is usual), got {rows!r}")
-        if cols is not None and (not isinstance(cols, (int, np.integer)) or cols < 2):
-            raise ValueError(f"countsketch: cols={cols!r} makes the sketch too small (every entry collides); "
-                             "give cols >= 2, a few times the heavy hitters you want to find")
-        check_ratio(self.name, ratio)
-        self.rows, self.cols, self.ratio, self.seed = int(rows), cols, ratio, int(seed)
+    @dataclass
+    class Options:
+        rows: int = field(default=5, metadata={"help": "hash rows (the median is over rows)"})
+        cols: int | None = field(default=None, metadata={"help": "columns of the table (default: from ratio)",
+                                                         "example": 1000})
+        ratio: float = field(default=0.05, metadata={"help": "table size rows x cols as a fraction of d, in (0, 1]"})
+        seed: int = field(default=0, metadata={"help": "seed of the hashes, the same on every rank"})
+
+        def validate(self):
+            if self.rows < 1:
+                raise ValueError("countsketch: rows must be an integer >= 1 (hash rows; 5 is usual), "
+                                 f"got {self.rows!r}")
+            if self.cols is not None and self.cols < 2:
+                raise ValueError(f"countsketch: cols={self.cols!r} makes the sketch too small (every entry collides); "
+                                 "give cols >= 2, a few times the heavy hitters you want to find")
+            check_ratio("countsketch", self.ratio)
+
+    def __init__(self, **options):
+        super().__init__(**options)
         self._hashes: dict = {}
 
     def options(self):

@@ -17,6 +17,7 @@ Options: ``ratio`` (m_b / block, default 0.05), ``block`` (256), ``seed`` (0).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,12 +32,21 @@ class GaussianProjection(Compressor):
     compress_ns, decompress_ns = 0.81, 0.51  # CPU ns/entry, docs/bench/compression/compress-time.json
     unbiased = True
 
-    def __init__(self, ratio: float = 0.05, block: int = 256, seed: int = 0):
-        check_ratio(self.name, ratio)
-        if not isinstance(block, (int, np.integer)) or block < 1:
-            raise ValueError(f"gaussian: block must be an integer >= 1 (entries per projected block), got {block!r}")
-        self.ratio, self.block, self.seed = ratio, int(block), int(seed)
-        self.m = max(1, math.ceil(ratio * self.block))
+    @dataclass
+    class Options:
+        ratio: float = field(default=0.05, metadata={"help": "floats sent per entry (m_b / block), in (0, 1]"})
+        block: int = field(default=256, metadata={"help": "entries per projected block"})
+        seed: int = field(default=0, metadata={"help": "seed of the projection (with the step), same on every rank"})
+
+        def validate(self):
+            check_ratio("gaussian", self.ratio)
+            if self.block < 1:
+                raise ValueError(f"gaussian: block must be an integer >= 1 (entries per projected block), "
+                                 f"got {self.block!r}")
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.m = max(1, math.ceil(self.ratio * self.block))
 
     def options(self):
         return {"ratio": self.ratio, "block": self.block, "seed": self.seed}

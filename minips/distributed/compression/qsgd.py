@@ -18,6 +18,7 @@ i.e. 5 bits), ``bucket`` (512), ``seed`` (0).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,14 +48,22 @@ class QSGD(Compressor):
     compress_ns, decompress_ns = 28.0, 8.0  # CPU ns/entry, docs/bench/compression/compress-time.json
     unbiased = True
 
-    def __init__(self, s: int = 15, bucket: int = 512, seed: int = 0):
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 1 <= s <= MAX_LEVELS:
-            raise ValueError(f"{self.name}: s must be an integer in 1..{MAX_LEVELS} (quantization levels; "
-                             f"s=1 is ternary), got {s!r}")
-        if not isinstance(bucket, (int, np.integer)) or isinstance(bucket, bool) or bucket < 1:
-            raise ValueError(f"{self.name}: bucket must be an integer >= 1 (entries per norm; "
-                             f"the paper uses 512), got {bucket!r}")
-        self.s, self.bucket, self.seed = int(s), int(bucket), int(seed)
+    @dataclass
+    class Options:
+        s: int = field(default=15, metadata={"help": f"quantization levels in 1..{MAX_LEVELS} (1: ternary)"})
+        bucket: int = field(default=512, metadata={"help": "entries per norm"})
+        seed: int = field(default=0, metadata={"help": "seed of the stochastic rounding (with rank and step)"})
+
+        def validate(self):
+            if not 1 <= self.s <= MAX_LEVELS:
+                raise ValueError(f"qsgd-quant: s must be an integer in 1..{MAX_LEVELS} (quantization levels; "
+                                 f"s=1 is ternary), got {self.s!r}")
+            if self.bucket < 1:
+                raise ValueError("qsgd-quant: bucket must be an integer >= 1 (entries per norm; "
+                                 f"the paper uses 512), got {self.bucket!r}")
+
+    def __init__(self, **options):
+        super().__init__(**options)
         self.bits = math.ceil(math.log2(2 * self.s + 1))
         self.rank = 0
 

@@ -12,6 +12,8 @@ Options: ``k`` or ``ratio`` (default 0.01), ``seed`` (0), ``scale`` (true).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .base import Compressor, Payload, check_k, check_ratio, check_vector, resolve_k
@@ -24,10 +26,20 @@ class RandomK(Compressor):
     summable = True
     compress_ns, decompress_ns = 0.39, 0.46  # CPU ns/entry, docs/bench/compression/compress-time.json
 
-    def __init__(self, k: int | None = None, ratio: float = 0.01, seed: int = 0, scale: bool = True):
-        check_k(self.name, k)
-        check_ratio(self.name, ratio)
-        self.k, self.ratio, self.seed, self.scale = k, ratio, int(seed), bool(scale)
+    @dataclass
+    class Options:
+        k: int | None = field(default=None, metadata={"help": "entries kept (default: from ratio)"})
+        ratio: float = field(default=0.01, metadata={"help": "fraction of the d entries kept, in (0, 1]"})
+        seed: int = field(default=0, metadata={"help": "seed of the coordinates drawn, the same on every rank"})
+        scale: bool = field(default=True, metadata={"help": "multiply the kept entries by d/k (unbiased); "
+                                                            "false for error feedback"})
+
+        def validate(self):
+            check_k("randomk", self.k)
+            check_ratio("randomk", self.ratio)
+
+    def __init__(self, **options):
+        super().__init__(**options)
         self.unbiased = self.scale
 
     def options(self):

@@ -8,6 +8,8 @@ Options: ``k`` (entries kept) or ``ratio`` (fraction of d, default 0.01).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .base import Compressor, Payload, check_k, check_ratio, check_vector, resolve_k
@@ -20,10 +22,14 @@ class TopK(Compressor):
     summable = False
     compress_ns, decompress_ns = 10.5, 0.08  # CPU ns/entry, docs/bench/compression/compress-time.json
 
-    def __init__(self, k: int | None = None, ratio: float = 0.01):
-        check_k(self.name, k)
-        check_ratio(self.name, ratio)
-        self.k, self.ratio = k, ratio
+    @dataclass
+    class Options:
+        k: int | None = field(default=None, metadata={"help": "entries kept (default: from ratio)"})
+        ratio: float = field(default=0.01, metadata={"help": "fraction of the d entries kept, in (0, 1]"})
+
+        def validate(self):
+            check_k("topk", self.k)
+            check_ratio("topk", self.ratio)
 
     def options(self):
         return {"k": self.k} if self.k is not None else {"ratio": self.ratio}
