@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph
+from ..distributed.topology import Topology
 
 __all__ = ["AveragingMethod", "greedy_matching", "choose_uniform"]
 
@@ -28,14 +28,14 @@ class AveragingMethod:
     """Base class. Subclasses set ``name``, ``paper`` and implement ``step``.
 
     Args:
-        graph: the communication graph (:class:`~minips.averaging.graph.Graph`).
+        graph: the communication graph (:class:`~minips.distributed.topology.Topology`).
         seed: seed of the choices every node must agree on (same on every rank).
     """
     name = ""
     paper = ""
     needs_undirected = False  # pairwise and shift-register methods need W = W^T
 
-    def __init__(self, graph: Graph, seed: int = 0):
+    def __init__(self, graph: Topology, seed: int = 0):
         if self.needs_undirected and (graph.directed or graph.period):
             raise ValueError(f"--method {self.name} needs an undirected static graph, got --topology {graph.name}; "
                              "use ring, torus, exponential, complete, random-geometric or tree")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AveragingMethod
-from .graph import DENSE_LIMIT
+from ..distributed.topology import DENSE_LIMIT
 
 __all__ = ["PeriodicGossip", "edge_order", "matchings", "period_lambda2"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AveragingMethod
-from .graph import DENSE_LIMIT
+from ..distributed.topology import DENSE_LIMIT
 
 __all__ = ["SynchronousGossip", "period_rate"]
 
