@@ -95,7 +95,7 @@ def test_bad_options_say_what_to_write(text, message):
 def test_options_that_do_not_fit_the_model_or_the_ranks_fail_at_build():
     with pytest.raises(ValueError, match=r"compressor=topk: topk: k=500 exceeds the vector's size d=94"):
         _build("choco-sgd:compressor=topk:k=500")
-    with pytest.raises(ValueError, match="random-geometric on 6 ranks is not connected"):
+    with pytest.raises(ValueError, match="random-geometric on 6 nodes is not connected"):
         _build("choco-sgd:topology=random-geometric:radius=0.01", 6)
 
 

@@ -91,7 +91,7 @@ def test_bad_options_say_what_to_write(text, message):
 def test_bad_graphs_say_what_to_do():
     with pytest.raises(ValueError, match="one-peer-exponential needs a power-of-two number of ranks, got 3"):
         _build("d-psgd:one-peer-exponential", 3)
-    with pytest.raises(ValueError, match="random-geometric on 6 ranks is not connected"):
+    with pytest.raises(ValueError, match="random-geometric on 6 nodes is not connected"):
         _build("d-psgd:topology=random-geometric:radius=0.01", 6)
 
 

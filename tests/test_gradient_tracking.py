@@ -86,7 +86,7 @@ def test_bad_options_say_what_to_write(text, message):
     (GossipOptions("one-peer-exponential"), 3, "topology=one-peer-exponential: one-peer-exponential needs a "
                                                "power-of-two number of ranks, got 3"),
     (GossipOptions("random-geometric", 0, 0.01), 8, "topology=random-geometric: topology random-geometric on 8 "
-                                                    "ranks is not connected"),
+                                                    "nodes is not connected"),
 ])
 def test_bad_graphs_say_what_to_do(opts, P, message):
     with pytest.raises(ValueError) as e:

@@ -107,3 +107,19 @@ def test_momentum_averaging_on_and_off_follow_their_rules(tmp_path):
     assert np.array_equal(off[:4], on[:4])              # identical until the first average has been used
     for t in (4, 5, 7, 8):                              # apart per rank between averages
         assert np.abs(off[t] - on[t]).max() > 1e-2, t
+
+
+def test_stl_sgd_and_adaptive_batch_build_on_local_sgd():
+    """The local step, the period test and the average exist once, in LocalSGD:
+    STL-SGD and adaptive-batch subclass it and call none of them themselves
+    (their numerics are held by tests/test_bitwise_refactor.py)."""
+    import inspect
+
+    from minips.distributed.algorithms.adaptive_batch import AdaptiveBatchLocalSGD
+    from minips.distributed.algorithms.local_sgd import LocalSGD
+    from minips.distributed.algorithms.stl_sgd import STLSGD
+    for cls in (STLSGD, AdaptiveBatchLocalSGD):
+        assert issubclass(cls, LocalSGD), cls
+        src = inspect.getsource(inspect.getmodule(cls))
+        for own in ("apply_update(", "average_model(", "% o.period", "% self.period"):
+            assert own not in src, f"{cls.__name__} re-implements {own!r}"

@@ -243,7 +243,7 @@ def test_every_averaging_method_declares_an_options_dataclass(name):
 
     from minips import averaging
     from minips.averaging import METHODS, make_method
-    from minips.averaging.graph import make_graph
+    from minips.distributed.topology import make_topology as make_graph
     from minips.averaging.lab import _accepts
     from minips.options import fields_of
     assert not hasattr(averaging, "OPTIONS")
@@ -264,7 +264,7 @@ def test_every_averaging_method_declares_an_options_dataclass(name):
 ])
 def test_an_averaging_option_means_the_same_as_text_and_as_a_value(name, key, text, value):
     from minips.averaging import make_method
-    from minips.averaging.graph import make_graph
+    from minips.distributed.topology import make_topology as make_graph
     g = make_graph("exponential" if name == "push-sum" else "ring", 8)
     a, b = make_method(name, g, **{key: text}), make_method(name, g, **{key: value})
     assert getattr(a.options, key) == getattr(b.options, key) == value

@@ -975,7 +975,7 @@ def _push_matrix(n: int, out_neighbors) -> np.ndarray:
 @register("12.2", S12, "push_sum_step", "that is the round of minips.averaging.push_sum.PushSum.step.")
 def check_push_sum_step(push_sum_step):
     from minips.averaging.engines import VectorisedCluster
-    from minips.averaging.graph import make_graph
+    from minips.distributed.topology import make_topology
     from minips.averaging.push_sum import PushSum
 
     rng = np.random.default_rng(122)
@@ -1020,7 +1020,7 @@ def check_push_sum_step(push_sum_step):
            rtol=1e-8, atol=1e-10, hint="Hint: every estimate must reach the mean of the starting values.")
     # minips' push-sum on its directed ring and exponential graph, round by round (same values, same graph)
     for name in ("directed-ring", "exponential"):
-        g = make_graph(name, 8)
+        g = make_topology(name, 8)
         indptr, out = g.csr_out()
         nbrs = [out[indptr[i]:indptr[i + 1]].tolist() for i in range(8)]
         x0 = rng.standard_normal((8, 2))

@@ -73,7 +73,7 @@ class AcceleratedGossip(AveragingMethod):
             if l2 is None:
                 raise ValueError(f"--method accelerated cannot compute lambda_2 of {graph.name} on {graph.n} nodes "
                                  "for the optimal alpha; give --alpha (in (0, 2))")
-            alpha = optimal_alpha(l2)  # in [1, 2): the graph is connected (make_graph checks), so lambda_2 < 1
+            alpha = optimal_alpha(l2)  # in [1, 2): the graph is connected (make_topology checks), so lambda_2 < 1
         self.alpha = float(alpha)
 
     def start(self, engine, x0):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import Graph
+from ..distributed.topology import Topology
 
 __all__ = ["AveragingMethod", "greedy_matching", "choose_uniform"]
 
@@ -34,7 +34,7 @@ class AveragingMethod:
     """Base class. Subclasses set ``name``, ``paper`` and implement ``step``.
 
     Args:
-        graph: the communication graph (:class:`~minips.averaging.graph.Graph`).
+        graph: the communication graph (:class:`~minips.distributed.topology.Topology`).
         seed: seed of the choices every node must agree on (same on every rank).
         **options: the fields of ``Options``, checked by ``Options.validate()``
             and kept as ``self.options``.
@@ -58,7 +58,7 @@ class AveragingMethod:
         def validate(self) -> None:
             pass
 
-    def __init__(self, graph: Graph, seed: int = 0, **options):
+    def __init__(self, graph: Topology, seed: int = 0, **options):
         if self.needs_undirected and (graph.directed or graph.period):
             raise ValueError(f"--method {self.name} needs an undirected static graph, got --topology {graph.name}; "
                              "use ring, torus, exponential, complete, random-geometric or tree")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph
+from ..distributed.topology import Topology
 
 __all__ = ["VectorisedCluster", "MPICluster"]
 
@@ -40,7 +40,7 @@ class VectorisedCluster:
         self.messages = 0
         self.control_ints = 0
 
-    def mix(self, g: Graph, x: np.ndarray) -> np.ndarray:
+    def mix(self, g: Topology, x: np.ndarray) -> np.ndarray:
         """``(W x)_i = W_ii x_i + sum_j W_ij x_j`` for every node; x: (n, d) float64."""
         self.messages += g.num_edges
         y = g.self_weight[:, None] * x
@@ -48,7 +48,7 @@ class VectorisedCluster:
             y[:, k] += np.bincount(g.dst, weights=g.weight * x[g.src, k], minlength=self.n)
         return y
 
-    def push(self, g: Graph, share: np.ndarray, alive=None) -> np.ndarray:
+    def push(self, g: Topology, share: np.ndarray, alive=None) -> np.ndarray:
         """What each node receives when every node sends ``share[i]`` to each
         of its out-neighbours in ``g`` (edges touching a node with
         ``alive == False`` carry nothing): (n, d)."""
@@ -108,7 +108,7 @@ class MPICluster:
         self.control_ints = 0
         self._graphs = {}
 
-    def _neighbor_graph(self, g: Graph):
+    def _neighbor_graph(self, g: Topology):
         """``comm.graph`` of a static graph, built once (a collective)."""
         key = id(g)
         if key not in self._graphs:
@@ -120,7 +120,7 @@ class MPICluster:
             self._graphs[key] = (ng, g)  # keep g alive so its id stays unique
         return self._graphs[key][0]
 
-    def _one_peer(self, g: Graph):
+    def _one_peer(self, g: Topology):
         """(to, from) of a graph where each node has one out- and one in-neighbour."""
         r = self.comm.rank
         to, frm = g.dst[g.src == r], g.src[g.dst == r]
@@ -129,7 +129,7 @@ class MPICluster:
                              f"round; {g.name} gives rank {r} {len(to)} out- and {len(frm)} in-neighbours")
         return int(to[0]), int(frm[0])
 
-    def _gather_in(self, g: Graph, row: np.ndarray):
+    def _gather_in(self, g: Topology, row: np.ndarray):
         """(rows received from the in-neighbours, their weights) and counts the messages sent."""
         if g.period:
             to, frm = self._one_peer(g)
@@ -141,11 +141,11 @@ class MPICluster:
         self.messages += ng.out_degree
         return rows, ng.weights
 
-    def mix(self, g: Graph, x: np.ndarray) -> np.ndarray:
+    def mix(self, g: Topology, x: np.ndarray) -> np.ndarray:
         rows, w = self._gather_in(g, np.ascontiguousarray(x[0]))
         return (g.self_weight[self.comm.rank] * x[0] + w @ rows)[None]
 
-    def push(self, g: Graph, share: np.ndarray, alive=None) -> np.ndarray:
+    def push(self, g: Topology, share: np.ndarray, alive=None) -> np.ndarray:
         if alive is not None:
             raise ValueError("nodes joining or leaving are simulated on the vectorised cluster only; "
                              "run without mpiexec (drop --join/--leave under mpiexec)")

@@ -1,7 +1,7 @@
 """``python -m minips gossip-lab``: watch n nodes average their values.
 
 Runs one or more averaging methods (:data:`minips.averaging.METHODS`) on a
-graph (:mod:`minips.averaging.graph`) for a number of rounds, on the vectorised
+graph (:mod:`minips.distributed.topology`) for a number of rounds, on the vectorised
 cluster (all nodes in this process, rows of one array) or, under ``mpiexec -n P``, on the MPI
 engine (one node per rank), and reports per method: the error
 ``||x(t) - mean||`` per round (Frobenius norm over nodes and dimensions; its
@@ -23,9 +23,9 @@ import numpy as np
 
 from . import METHODS, make_method
 from .engines import MPICluster, VectorisedCluster
-from .graph import GRAPHS, make_graph
+from ..distributed.topology import GRAPHS, Topology, make_topology
 
-__all__ = ["simulate", "initial_values", "rounds_to", "run_table"]
+__all__ = ["simulate", "initial_values", "lab_graph", "rounds_to", "run_table"]
 
 TOL = 1e-6
 INITS = ("normal", "uniform", "spike")
@@ -78,6 +78,18 @@ def _error(method, values, est, t) -> float:
     return float(np.sqrt(np.sum(diff * diff))) if np.all(np.isfinite(diff)) else math.inf
 
 
+def lab_graph(topology: str, n: int, radius: float | None = None, seed: int = 0) -> Topology:
+    """The graph ``topology`` (a key of :data:`~minips.distributed.topology.GRAPHS`)
+    on ``n >= 2`` nodes (:func:`~minips.distributed.topology.make_topology`).
+
+    Raises:
+        ValueError: n < 2, or the graph's own errors (unknown name, not connected, ...).
+    """
+    if n < 2:
+        raise ValueError(f"-n {n}: averaging needs at least 2 nodes (with one node the mean is its value)")
+    return make_topology(topology, n, radius=radius, seed=seed)
+
+
 def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int = 500, seed: int = 0,
              d: int = 1, init: str = "normal", engine=None, radius: float | None = None, graph_seed: int = 0,
              keep_history: bool = False, stop_at: float | None = None, options: dict | None = None,
@@ -86,7 +98,7 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
 
     Args:
         method_name: a key of :data:`~minips.averaging.METHODS`.
-        topology, n, radius, graph_seed: the graph (:func:`~minips.averaging.graph.make_graph`).
+        topology, n, radius, graph_seed: the graph (:func:`lab_graph`).
         rounds: rounds to run; seed: seed of the starting values and of the method's choices.
         d: values per node; init: ``normal``, ``uniform`` or ``spike``.
         engine: a :class:`VectorisedCluster` (default) or :class:`MPICluster`.
@@ -105,7 +117,7 @@ def simulate(method_name: str, topology: str = "ring", n: int = 64, rounds: int 
     Raises:
         ValueError: bad graph, method or options (one-line messages).
     """
-    graph = make_graph(topology, n, radius=radius, seed=graph_seed)
+    graph = lab_graph(topology, n, radius=radius, seed=graph_seed)
     if method is None:
         method = make_method(method_name, graph, seed=seed, **(options or {}))
     engine = engine or VectorisedCluster(n)
@@ -261,16 +273,12 @@ def plot_errors(results: list[dict], path, title: str) -> None:
     plt.close(fig)
 
 
-def node_positions(topology: str, n: int, radius=None, graph_seed: int = 0) -> np.ndarray:
-    """(n, 2) drawing positions: grid for torus, the points for random-geometric, a circle otherwise."""
-    if topology == "torus":
-        import math as m
-        r = max(d for d in range(1, m.isqrt(n) + 1) if n % d == 0)
-        a, b = np.divmod(np.arange(n), n // r)
-        return np.stack([b, -a], 1).astype(float)
-    if topology == "random-geometric":
-        return np.random.default_rng(graph_seed).random((n, 2))
-    ang = 2 * np.pi * np.arange(n) / n
+def node_positions(graph: Topology) -> np.ndarray:
+    """(n, 2) drawing positions: the graph's own layout (the torus's grid, the
+    random geometric graph's points), else a circle."""
+    if graph.layout is not None:
+        return np.asarray(graph.layout, float)
+    ang = 2 * np.pi * np.arange(graph.n) / graph.n
     return np.stack([np.cos(ang), np.sin(ang)], 1)
 
 
@@ -435,8 +443,8 @@ def cmd_gossip_lab(args) -> int:
         if args.frames:
             if n > 1024:
                 raise ValueError(f"--frames draws at most 1024 nodes, got -n {n}")
-            g = make_graph(args.topology, n, radius=args.radius, seed=args.graph_seed)
-            files = write_frames(results[0], g, node_positions(args.topology, n, args.radius, args.graph_seed),
+            g = lab_graph(args.topology, n, radius=args.radius, seed=args.graph_seed)
+            files = write_frames(results[0], g, node_positions(g),
                                  out / "frames", args.frames)
             print(f"wrote {len(files)} frames to {out / 'frames'}")
     elif args.frames:
@@ -455,7 +463,7 @@ def _accepts_any(methods):
 
 def _print_orders(args) -> None:
     from .periodic import edge_order, period_lambda2
-    g = make_graph(args.topology, args.n or 64, radius=args.radius, seed=args.graph_seed)
+    g = lab_graph(args.topology, args.n or 64, radius=args.radius, seed=args.graph_seed)
     vals = [period_lambda2(edge_order(g, s), g.n) for s in range(args.orders)]
     print(f"periodic gossip on {g.name} (n = {g.n}): |lambda_2(Phi)| over {args.orders} random edge orders: "
           f"min {min(vals):.6f}, max {max(vals):.6f}, {len(set(np.round(vals, 9)))} distinct value(s)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AveragingMethod, choose_uniform, greedy_matching
-from .graph import DENSE_LIMIT
+from ..distributed.topology import DENSE_LIMIT
 
 __all__ = ["RandomizedGossip", "expected_pair_matrix_rate"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import AveragingMethod
-from .graph import DENSE_LIMIT
+from ..distributed.topology import DENSE_LIMIT, second_eigenvalue_modulus
 
 __all__ = ["PeriodicGossip", "edge_order", "matchings", "period_lambda2"]
 
@@ -68,7 +68,7 @@ def period_lambda2(edges: np.ndarray, n: int) -> float:
     Phi = np.eye(n)
     for i, j in edges:  # left-multiplying by W_e averages rows i and j
         Phi[[i, j]] = (Phi[i] + Phi[j]) / 2
-    return float(np.sort(np.abs(np.linalg.eigvals(Phi)))[::-1][1])
+    return second_eigenvalue_modulus(Phi)
 
 
 class PeriodicGossip(AveragingMethod):

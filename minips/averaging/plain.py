@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AveragingMethod
-from .graph import DENSE_LIMIT
+from ..distributed.topology import DENSE_LIMIT, second_eigenvalue_modulus
 
 __all__ = ["SynchronousGossip", "period_rate"]
 
@@ -30,7 +30,7 @@ def period_rate(graph) -> tuple[float | None, str]:
     Phi = np.eye(graph.n)
     for t in range(graph.period):
         Phi = graph.at(t).dense() @ Phi
-    l2 = float(np.sort(np.abs(np.linalg.eigvals(Phi)))[::-1][1])
+    l2 = second_eigenvalue_modulus(Phi)
     l2 = 0.0 if l2 < 1e-12 else l2  # round-off of an exact average (one-peer exponential, n = 2^k)
     return l2 ** (1.0 / graph.period), f"|lambda_2(product of the {graph.period} W_t)|^(1/{graph.period})"
 

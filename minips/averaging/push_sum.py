@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import AveragingMethod
-from .graph import Graph
+from ..distributed.topology import Topology
 from .plain import period_rate
 
 __all__ = ["PushSum", "push_graph", "ESTIMATES"]
@@ -43,7 +43,7 @@ __all__ = ["PushSum", "push_graph", "ESTIMATES"]
 ESTIMATES = ("average", "sum", "count")
 
 
-def push_graph(g: Graph) -> Graph:
+def push_graph(g: Topology) -> Topology:
     """The column-stochastic push matrix of ``g``: node i keeps and sends
     ``1 / (k_i + 1)`` (k_i its out-degree). Time-varying graphs already have it."""
     if g.period:
@@ -51,11 +51,11 @@ def push_graph(g: Graph) -> Graph:
     k = g.out_degree()
     share = 1.0 / (k + 1.0)
     regular = g.fourier_shape is not None and np.all(k == k[0])
-    return Graph(g.name, g.n, g.src, g.dst, share[g.src], share, directed=g.directed,
-                 fourier_shape=g.fourier_shape if regular else None)
+    return Topology(g.name, g.n, g.src, g.dst, share[g.src], share, directed=g.directed,
+                    fourier_shape=g.fourier_shape if regular else None)
 
 
-def _strongly_connected(g: Graph, alive: np.ndarray) -> bool:
+def _strongly_connected(g: Topology, alive: np.ndarray) -> bool:
     keep = alive[g.src] & alive[g.dst]
     src, dst = g.src[keep], g.dst[keep]
     start = int(np.flatnonzero(alive)[0])
@@ -142,7 +142,7 @@ class PushSum(AveragingMethod):
             self.z[ids == self.joiner] = self.z0[ids == self.joiner]
         if self.leave == t:  # hand over everything except the own starting pair, then go
             k = np.flatnonzero(ids == self.leaver)
-            heir = self.graph.out_neighbors(self.leaver)
+            heir = np.asarray(self.graph.out_neighbors(self.leaver), np.int64)
             heir = heir[self.alive(t)[heir]][0]
             self.z[ids == heir] += self.z[k] - self.z0[k]
             self.z[k] = 0.0

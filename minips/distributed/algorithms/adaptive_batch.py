@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
+from .local_sgd import LocalSGD
 
 __all__ = ["AdaptiveBatchLocalSGD", "norm_test_batch"]
 
@@ -41,7 +41,7 @@ def norm_test_batch(sq_dev_sum: float, gbar_sq: float, b: int, P: int, theta: fl
     return math.ceil(V / (P * theta ** 2 * gbar_sq))
 
 
-class AdaptiveBatchLocalSGD(Algorithm):
+class AdaptiveBatchLocalSGD(LocalSGD):
     """Local SGD with adaptive per-rank batch sizes (norm test at each averaging point).
 
     Pseudo-code (b0 = ``--batch-size``; a batch of b = m*b0 samples runs as
@@ -59,8 +59,10 @@ class AdaptiveBatchLocalSGD(Algorithm):
             steps 2..H of the round: w_i = opt(w_i, g_i)
             w_i = avg(w)                                      # Allreduce(d)
 
-    The batch only grows, in multiples of b0, up to ``max-batch`` (rounded
-    down to a multiple of b0). Every rank computes m from allreduced numbers,
+    It is local SGD (:class:`~.local_sgd.LocalSGD`'s step, period test and
+    average) with the norm test before each round's first update. The batch
+    only grows, in multiples of b0, up to ``max-batch`` (rounded down to a
+    multiple of b0). Every rank computes m from allreduced numbers,
     so all agree. With one rank there is no variance estimate: the batch stays
     b0 (and the algorithm is plain SGD).
 
@@ -80,10 +82,9 @@ class AdaptiveBatchLocalSGD(Algorithm):
     """
 
     name = "adaptive-batch"
-    family = "model averaging"
-    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = ("T. T.-K. Lau, W. Li, C. Xu, H. Liu, M. Kolar, Communication-Efficient Adaptive Batch Size "
              "Strategies for Distributed Local Gradient Methods, arXiv:2406.13936 (2024)")
+    POSITIONAL = ()
 
     @dataclass
     class Options:
@@ -107,16 +108,16 @@ class AdaptiveBatchLocalSGD(Algorithm):
                 raise ValueError(f"lr-rule must be one of {', '.join(LR_RULES)}, got {self.lr_rule!r}")
 
     @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False  # between averages every rank holds its own weights
-
-    @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """Per round of H steps: two Allreduces of d floats (the test's
         gradient mean and the weight average; the scalar is ignored); compute
         at the base batch (the batch grows with training: compute per step
         grows with it, steps per epoch shrink by the same factor)."""
         return profile.compute + 2 * net.allreduce_time(profile.grad_bytes, P) / options.period
+
+    @classmethod
+    def default_label(cls, options) -> str:
+        return cls.name
 
     def setup(self) -> None:
         self.m = 1            # loader batches per step: the batch is m * b0
@@ -140,15 +141,17 @@ class AdaptiveBatchLocalSGD(Algorithm):
         rule = self.options.lr_rule
         return lr if rule == "constant" else lr * (self.m if rule == "linear" else math.sqrt(self.m))
 
-    def step(self) -> None:
-        o, g = self.options, self.flat.grads[0]
-        self.log = {"batch": self.m * self.b0, "period": o.period, "b_test": "", "consensus_before_avg": ""}
-        if self.step_count % o.period == 0 and self.comm.size > 1:
-            self.norm_test(g)                                  # at the common weights
-        self.apply_update(g)                                   # w_i = opt(w_i, g_i)
-        if (self.step_count + 1) % o.period == 0:
-            self.log["consensus_before_avg"] = self.average_model()   # w_i = avg(w)
-        self.end_step()
+    def averages_momentum(self) -> bool:
+        return False  # the weights only
+
+    def step_log(self) -> dict:
+        return {"batch": self.m * self.b0, "period": self.period_now(), "b_test": "", "consensus_before_avg": ""}
+
+    def local_gradient(self) -> np.ndarray:
+        g = super().local_gradient()
+        if self.averages_after(self.step_count) and self.comm.size > 1:   # a round's first step
+            self.norm_test(g)                                  # at the common weights (m for the next steps)
+        return g
 
     def norm_test(self, g: np.ndarray) -> None:
         """Grow ``m`` by the norm test on the P gradients ``g`` (one Allreduce

@@ -6,14 +6,18 @@ ICLR 2020 (arXiv:1808.07217; code github.com/epfml/LocalSGD-Code), and
 Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019
 (arXiv:1805.09767).
 
-The averaging step is shared with post-local SGD (:mod:`.post_local_sgd`) and
-aperiodic local SGD (:mod:`.aperiodic_local_sgd`), which subclass
-:class:`LocalSGD` and only change *when* the ranks average.
+The local step and the averaging are shared with post-local SGD
+(:mod:`.post_local_sgd`), aperiodic local SGD (:mod:`.aperiodic_local_sgd`),
+STL-SGD (:mod:`.stl_sgd`) and adaptive-batch local SGD (:mod:`.adaptive_batch`),
+which subclass :class:`LocalSGD` and change *when* the ranks average
+(:meth:`LocalSGD.period_now`, :meth:`LocalSGD.averages_after`) and what a
+step does around it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 
 from .base import Algorithm
 
@@ -95,13 +99,26 @@ class LocalSGD(Algorithm):
         return self.options.period
 
     def averages_after(self, t: int) -> bool:
-        """Whether the ranks average after the t-th local step (t = 1, 2, ...)."""
-        return t % self.options.period == 0
+        """Whether the ranks average after the t-th local step (t = 1, 2, ...):
+        every ``period_now()`` steps."""
+        return t % self.period_now() == 0
+
+    def averages_momentum(self) -> bool:
+        """Whether an average also averages the momentum buffers (the option average-momentum)."""
+        return self.options.average_momentum
 
     # --- the step ---------------------------------------------------------------------
+    def step_log(self) -> dict:
+        """The step's trace.csv entries, set before the step (``consensus_before_avg`` is added on averages)."""
+        return {"period": self.period_now()}
+
+    def local_gradient(self) -> np.ndarray:
+        """The gradient this step's local update applies, after :meth:`step_log`: the rank's own, g_i."""
+        return self.flat.grads[0]
+
     def step(self) -> None:
-        self.log = {"period": self.period_now()}
-        self.apply_update(self.flat.grads[0])          # w_i = opt_i(w_i, g_i): a local step
+        self.log = self.step_log()
+        self.apply_update(self.local_gradient())       # w_i = opt_i(w_i, g_i): a local step
         if self.averages_after(self.step_count + 1):   # H local steps since the last average
             self.log["consensus_before_avg"] = self.average_model()
         self.end_step()
@@ -112,7 +129,7 @@ class LocalSGD(Algorithm):
         distance just before."""
         dist = super().average_model(distance)
         v = self.optimizer.buffers[0]                   # None until the first step with momentum
-        if self.options.average_momentum and v is not None:
+        if self.averages_momentum() and v is not None:
             with self.timer.phase("average"):
                 self.comm.allreduce(v)
                 self.average(v)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Algorithm
+from .local_sgd import LocalSGD
 
 __all__ = ["STLSGD"]
 
 
-class STLSGD(Algorithm):
+class STLSGD(LocalSGD):
     """STL-SGD: local SGD in stages that halve the lr, double in length and lengthen the period.
 
     Pseudo-code (stage s = 0, 1, ...; ``opt`` is this rank's optimizer, with
@@ -38,6 +38,10 @@ class STLSGD(Algorithm):
     or multiplying it by sqrt(2). The non-iid period is kept as a float and
     rounded each stage (so k1 = 1 grows 1, 1, 2, 3, 4, 6, 8, ...).
 
+    Within a stage it is local SGD (:class:`~.local_sgd.LocalSGD`'s step and
+    period test) on the stage's own step count, with period k_s, plus an
+    average at the stage's last step.
+
     The learning rate: :meth:`adjust_lr` multiplies the Trainer's schedule by
     0.5^stage, so it composes with ``--schedule``; the paper's rule is
     ``--schedule constant`` (recommended; a decaying schedule decays twice).
@@ -56,10 +60,9 @@ class STLSGD(Algorithm):
     """
 
     name = "stl-sgd"
-    family = "model averaging"
-    gradient_allreduce_per_step = False  # the weights go every H steps: no per-step overlap efficiency
     paper = ("S. Shen, Y. Cheng, J. Liu, L. Xu, STL-SGD: Speeding Up Local SGD with Stagewise Communication "
              "Period, AAAI 2021, arXiv:2006.06377")
+    POSITIONAL = ()  # no period option: t1 and k1 set the stages
 
     @dataclass
     class Options:
@@ -84,10 +87,6 @@ class STLSGD(Algorithm):
                 raise ValueError(f"gamma must be >= 0 (0 = no proximal term), got {self.gamma}")
 
     @classmethod
-    def keeps_replicas(cls, options) -> bool:
-        return False  # between averages every rank holds its own weights
-
-    @classmethod
     def step_time(cls, options, profile, P, net, phi=0.0) -> float:
         """Compute every step and one Allreduce of the weights every k1 steps:
         the first stage's period, an upper bound on the communication (later
@@ -100,9 +99,17 @@ class STLSGD(Algorithm):
         self.k_real = float(o.k1)  # the non-iid period grows by sqrt(2): keep it unrounded
         self.anchor = self.flat.weights.copy() if o.gamma > 0 else None
 
-    @property
-    def period(self) -> int:
+    def period_now(self) -> int:
+        """k_s, the communication period of the stage in progress."""
         return max(1, round(self.k_real))
+
+    def averages_after(self, t: int) -> bool:
+        """Local SGD's period test on the stage's clock, and the stage's last step."""
+        local = t - self.stage_start                           # steps done in this stage
+        return super().averages_after(local) or local == self.stage_len
+
+    def averages_momentum(self) -> bool:
+        return False  # the weights only
 
     def adjust_lr(self, lr: float) -> float:
         return lr * 0.5 ** self.stage  # eta_s = eta_1 / 2^s, on top of the schedule
@@ -112,24 +119,25 @@ class STLSGD(Algorithm):
         if self.anchor is not None and self.step_count == 0:
             self.anchor[...] = self.flat.weights  # x_0 = the common starting point
 
+    def step_log(self) -> dict:
+        return {"stage": self.stage, "period": self.period_now(), "consensus_before_avg": ""}
+
+    def local_gradient(self) -> np.ndarray:
+        g, o = super().local_gradient(), self.options
+        if o.gamma > 0:  # STL-SGD^nc: minimise F(x) + ||x - x_s||^2 / (2 gamma) in this stage
+            g += (self.flat.weights - self.anchor) * np.float32(1.0 / o.gamma)
+        return g
+
     def step(self) -> None:
         o, w = self.options, self.flat.weights
-        g = self.flat.grads[0]
-        if o.gamma > 0:  # STL-SGD^nc: minimise F(x) + ||x - x_s||^2 / (2 gamma) in this stage
-            g += (w - self.anchor) * np.float32(1.0 / o.gamma)
-        self.apply_update(g)                                   # w_i = opt(w_i, g_i)
-        self.log = {"stage": self.stage, "period": self.period, "consensus_before_avg": ""}
-        local = self.step_count + 1 - self.stage_start         # steps done in this stage
-        if local % self.period == 0 or local == self.stage_len:
-            self.log["consensus_before_avg"] = self.average_model()   # w_i = avg(w)
-        if local == self.stage_len:                            # stage over: x_{s+1} = avg(w)
+        super().step()                                         # w_i = opt(w_i, g_i); w_i = avg(w) when due
+        if self.step_count - self.stage_start == self.stage_len:   # stage over: x_{s+1} = avg(w)
             self.stage += 1
-            self.stage_start = self.step_count + 1
+            self.stage_start = self.step_count
             self.stage_len *= 2                                # T doubles (eta halves in adjust_lr)
             self.k_real *= 2.0 if o.data == "iid" else math.sqrt(2.0)
             if self.anchor is not None:
                 self.anchor[...] = w
-        self.end_step()
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "stage": self.stage, "stage_start": self.stage_start,
@@ -146,7 +154,7 @@ class STLSGD(Algorithm):
             self.anchor[...] = np.asarray(state["anchor"], np.float32)
 
     def report(self) -> dict:
-        return {"final_stage": self.stage, "final_period": self.period}
+        return {"final_stage": self.stage, "final_period": self.period_now()}
 
     @classmethod
     def default_label(cls, options) -> str:
