@@ -125,7 +125,8 @@ def tables(runs: dict) -> tuple[str, list[dict]]:
                 row = {"policy": policy, "P": P, "rule": rule, "seeds": sorted(seeds),
                        "lr": lrs, "diverged": sum(v is None for v in seeds.values()),
                        "at_chance": sum(at_chance(v) for v in seeds.values()),
-                       "val": _cell(_values(seeds, "val_accuracy")), "test": _cell(_values(seeds, "test_accuracy"))}
+                       "val": _cell(_values(seeds, "val_accuracy")), "test": _cell(_values(seeds, "test_accuracy")),
+                       "runs": {k: {s: v for s, v in _values(seeds, f"{k}_accuracy").items()} for k in ("val", "test")}}
                 if rule != "sync" and base:
                     row["val_vs_sync"] = compare_with_baseline(_values(seeds, "val_accuracy"),
                                                                _values(base, "val_accuracy"), WITHIN)
@@ -159,24 +160,41 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
 
     fig = plt.figure(figsize=(13.5, 7.2))
     gs = fig.add_gridspec(2, 3, width_ratios=[1, 1, 1.05], wspace=0.32, hspace=0.3)
+    Ps_all = sorted({r["P"] for r in rows})
     for j, policy in enumerate(POLICIES):
         for i, (key, split) in enumerate((("val", "validation"), ("test", "test"))):
             ax = fig.add_subplot(gs[i, j])
             for k, rule in enumerate(RULES):
                 mine = [r for r in rows if r["policy"] == policy and r["rule"] == rule]
                 dodge = 2 ** ((k - 1.5) * 0.03)  # a small shift per rule so the bars do not overlap
-                pts = [r for r in mine if r[key] and r[key]["mean"] >= 0.11]  # not diverged, not at chance
-                if pts:
-                    y = [100 * r[key]["mean"] for r in pts]
-                    err = [[100 * (r[key]["mean"] - r[key]["lo"]) for r in pts],
-                           [100 * (r[key]["hi"] - r[key]["mean"]) for r in pts]]
-                    ax.errorbar([r["P"] * dodge for r in pts], y, yerr=err, color=COLORS[rule], marker="o", ms=4,
-                                capsize=3, lw=1.3, label=NAMES[rule])
-                # diverged, or at chance (collapsed): an x on the floor
-                off = [r for r in mine if r not in pts]
-                if off:
-                    ax.plot([r["P"] * dodge for r in off], [FLOOR + 0.3] * len(off), "x", color=COLORS[rule], ms=7,
-                            mew=2, label=None if pts else NAMES[rule])
+                # a cell is drawn as a mean with its interval only when every seed trained; the line
+                # joins such cells at neighbouring P only
+                full = {r["P"]: r for r in mine if all(v is not None and v >= 0.11 for v in r["runs"][key].values())}
+                xs = sorted(full)
+                if xs:
+                    x_line, y_line = [], []
+                    for a, b in zip([None] + xs, xs):
+                        if a is not None and Ps_all.index(b) != Ps_all.index(a) + 1:
+                            x_line.append(float("nan"))
+                            y_line.append(float("nan"))
+                        x_line.append(b * dodge)
+                        y_line.append(100 * full[b][key]["mean"])
+                    ax.plot(x_line, y_line, color=COLORS[rule], lw=1.3)
+                    err = [[100 * (full[P][key]["mean"] - full[P][key]["lo"]) for P in xs],
+                           [100 * (full[P][key]["hi"] - full[P][key]["mean"]) for P in xs]]
+                    ax.errorbar([P * dodge for P in xs], [100 * full[P][key]["mean"] for P in xs], yerr=err,
+                                color=COLORS[rule], marker="o", ms=4, capsize=3, lw=0, elinewidth=1.3,
+                                label=NAMES[rule])
+                # a cell where some seed diverged or collapsed: each trained run as a hollow marker,
+                # and an x on the floor for the others (diverged, or at chance: off the scale)
+                for r in mine:
+                    if r["P"] in full:
+                        continue
+                    ok = [v for v in r["runs"][key].values() if v is not None and v >= 0.11]
+                    ax.plot([r["P"] * dodge] * len(ok), [100 * v for v in ok], "o", mfc="none", color=COLORS[rule],
+                            ms=6, mew=1.5)
+                    ax.plot([r["P"] * dodge], [FLOOR + 0.3], "x", color=COLORS[rule], ms=7, mew=2,
+                            label=None if xs else NAMES[rule])
             ax.set_ylim(FLOOR, 93)
             ax.set_xlim(13, 156)
             ax.set_xscale("log", base=2)
@@ -217,8 +235,9 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
         ax.legend(fontsize=7, loc="lower left")
     fig.suptitle("Pseudo-sync against sync at 16-128 ranks (full Fashion-MNIST, ConvNet, k = 1, "
                  "per-rank batch 16)", fontsize=11)
-    fig.text(0.01, 0.005, "Accuracy: mean over seeds, bars 95 % t interval (no bar: one seed); x on the floor: "
-             "diverged, or at chance (collapsed; off the scale). lr scaled = 0.01 P, fixed = 0.16; both warmed up over half "
+    fig.text(0.01, 0.005, "Accuracy: mean over seeds, bars 95 % t interval (no bar: one seed), where every seed trained; "
+             "x on the floor: some seed diverged or ended at chance (off the scale), hollow circles: that P's seeds "
+             "that trained. lr scaled = 0.01 P, fixed = 0.16; both warmed up over half "
              "an epoch.\nCost model: run t3's one-node ConvNet profile at per-rank batch 32, ideal overlap; "
              "local's predictor cost not in that profile (taken as 0); adaptive-local not drawn (not measured).",
              fontsize=7.5, color="#333333", va="bottom")
