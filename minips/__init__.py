@@ -40,6 +40,17 @@ def _note_startup_sigint(signum, frame):
     _STARTUP_SIGINT.append(signum)
 
 
+def end_startup_sigint_deferral() -> bool:
+    """Give SIGINT back to Python's handler if ``python -m minips`` held it back
+    during the imports (see _defer_sigint_while_starting); returns whether one
+    arrived. Called once by :func:`minips.cli.main` when its imports are done."""
+    if _signal.getsignal(_signal.SIGINT) is _note_startup_sigint:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    arrived = bool(_STARTUP_SIGINT)
+    _STARTUP_SIGINT.clear()
+    return arrived
+
+
 _defer_sigint_while_starting()
 
 

@@ -16,6 +16,7 @@ import pickle
 import sys
 from pathlib import Path
 
+from . import end_startup_sigint_deferral
 from .averaging import lab as gossip_lab
 from .bench import cli as bench_cli
 
@@ -440,7 +441,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
     finally:
-        interrupted = _end_startup_sigint_deferral()
+        interrupted = end_startup_sigint_deferral()
     if getattr(args, "reference_kernels", None):
         from .kernels import REFERENCE_ENV
         os.environ[REFERENCE_ENV] = "1"  # read by every kernel call (minips.kernels.reference_kernels)
@@ -479,19 +480,6 @@ def main(argv=None) -> int:
                                    "stop a run and keep a checkpoint, send SIGTERM or Ctrl-C to mpiexec once it "
                                    "trains)" if under_mpi else "interrupted (SIGINT) while starting; nothing ran", 130)
         raise
-
-
-def _end_startup_sigint_deferral() -> bool:
-    """Give SIGINT back to Python's handler if ``python -m minips`` held it back
-    during the imports (minips/__init__.py); returns whether one arrived."""
-    import signal
-
-    import minips
-    if signal.getsignal(signal.SIGINT) is minips._note_startup_sigint:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    arrived = bool(minips._STARTUP_SIGINT)
-    minips._STARTUP_SIGINT.clear()
-    return arrived
 
 
 def _numba_cache_message(e: BaseException) -> str | None:

@@ -24,12 +24,11 @@ from .timing import phase_names
 
 __all__ = ["load_run", "find_runs", "plot_accuracy", "plot_breakdown", "plot_trace", "plot_consensus", "plot_runs",
            "plot_method_curves", "plot_accuracy_vs_traffic", "run_methods", "algo_color", "run_labels",
-           "run_styles", "PHASE_COLORS", "layout_problems"]
+           "run_styles", "PHASE_COLORS", "layout_problems", "pyplot"]
 
 #: one colour per timing phase, in every breakdown figure ("other": the step's time outside every phase)
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "post": "#8172B2", "wait": "#C44E52",
                 "predict": "#CCB974", "update": "#64B5CD", "other": "#BBBBBB"}
-_COLORS = PHASE_COLORS
 
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -123,7 +122,8 @@ def run_labels(runs, labels=None) -> list[str]:
     return out
 
 
-def _plt():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files only: no display needed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -133,7 +133,7 @@ def _plt():
 def _save(fig, path) -> None:
     """Write ``fig`` to ``path`` and close it (tests replace this to inspect the figure)."""
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    _plt().close(fig)
+    pyplot().close(fig)
 
 
 def _style(runs, r) -> dict:
@@ -158,7 +158,7 @@ def plot_accuracy(runs, path, metric: str = "test_accuracy") -> None:
     from matplotlib.ticker import MaxNLocator
 
     from .report import evaluation_curve
-    plt = _plt()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     virtual = bool(runs) and all(r["summary"].get("virtual") for r in runs)
     curves = {r["name"]: evaluation_curve(r["summary"], r.get("trace"), metric) for r in runs}
@@ -209,20 +209,20 @@ def plot_breakdown(runs, path) -> None:
     "other" (the rest of the step), one bar per run (top to bottom in the
     order given, its label beside it); the legend beside the bars."""
     import textwrap
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.55 * len(runs)))
     y = list(range(len(runs)))[::-1]  # the first run on top
     left = [0.0] * len(runs)
     extra = iter(("#DD8452", "#937860", "#DA8BC3", "#8C8C8C", "#9EDAE5", "#FF9896"))
     for ph in phase_names([r["summary"]["time_breakdown"] for r in runs]):  # every phase any run timed
         vals = [1e3 * r["summary"]["time_breakdown"].get(ph, 0.0) for r in runs]
-        if not any(vals) and ph not in _COLORS:
+        if not any(vals) and ph not in PHASE_COLORS:
             continue
-        ax.barh(y, vals, left=left, label=ph, color=_COLORS.get(ph) or next(extra, None))
+        ax.barh(y, vals, left=left, label=ph, color=PHASE_COLORS.get(ph) or next(extra, None))
         left = [b + v for b, v in zip(left, vals)]
     other = [1e3 * other_seconds(r["summary"]) for r in runs]
     if any(other):
-        ax.barh(y, other, left=left, label="other (data, logging)", color=_COLORS["other"])
+        ax.barh(y, other, left=left, label="other (data, logging)", color=PHASE_COLORS["other"])
     ax.set_yticks(y, [textwrap.fill(r["name"], 40) for r in runs], fontsize=8)
     ax.set_xlabel("ms per step (mean over steps and ranks)")
     virtual = any(r["summary"].get("virtual") for r in runs)
@@ -256,7 +256,7 @@ def plot_trace(runs, path, smooth: int = 20) -> None:
     the runs' algorithms declare (:func:`trace_columns`, e.g. a predictor's
     diagnostics) that some run logged."""
     import numpy as np
-    plt = _plt()
+    plt = pyplot()
     declared: dict = {}
     for r in runs:
         for k, v in trace_columns(r).items():
@@ -339,7 +339,7 @@ def plot_consensus(runs, path) -> bool:
     shown = [(r, rows, end) for r, rows, end in shown if rows or end is not None]
     if not any(rows or end[1] > 0 for _, rows, end in shown):  # nothing but zeros: nothing a log axis can show
         return False
-    plt = _plt()
+    plt = pyplot()
     style = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker
     legend_rows = -(-len(shown) // 3)
     fig, ax = plt.subplots(figsize=(8.5, 4.4 + 0.2 * legend_rows))
@@ -400,7 +400,7 @@ def plot_topology(top, path) -> None:
     per nonzero off-diagonal weight (an arrow when the graph is directed), the
     spectral gap in the title."""
     import numpy as np
-    plt = _plt()
+    plt = pyplot()
     P = top.P
     xy, wrap = topology_layout(top)
     wrapped = set(wrap)
@@ -511,7 +511,7 @@ def plot_method_curves(panels, path, x: str = "wall_time_s", metric: str = "test
     if not any(drawable):
         return False
     key, wall_label = (x, None) if x != "wall_time_s" else wall_clock([m["curve"] for ms in drawable for m in ms])
-    plt = _plt()
+    plt = pyplot()
     names = list(dict.fromkeys(m["name"] for _, ms in panels for m in ms))
     legend_rows = -(-len(names) // 3)
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 0.5, 4.4 + 0.2 * legend_rows),
@@ -553,7 +553,7 @@ def plot_accuracy_vs_traffic(panels, path, metric: str = "test_accuracy", note: 
     (a thin line leads to a label set away from its point). Methods that sent
     nothing cannot sit on a log axis: they are named under the panel.
     Returns False (and writes nothing) when no method has both numbers."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter, LogLocator
     pts_of = [[m for m in ms if m.get("final") is not None and (m.get("mib_per_step") or 0) > 0]
               for _, ms in panels]

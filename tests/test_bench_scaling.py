@@ -1,4 +1,5 @@
 """bench scaling: argument checks, and a tiny smoke run (mlp, ranks 1 and 2, a few steps)."""
+import argparse
 import json
 import math
 import shutil
@@ -27,10 +28,22 @@ def test_parse_ranks_and_algos():
 
 
 def test_missing_mpiexec_is_a_clear_error(monkeypatch, tmp_path):
+    """One helper finds mpiexec for every bench (minips.bench.launch); each bench
+    turns its error into its own, with the fix."""
+    from minips.bench import launch
+    from minips.bench import train as btrain
+    from minips.bench.train import TrainBenchError
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert launch.find_mpiexec() is None
+    with pytest.raises(launch.MpiexecNotFound, match="mpiexec not found"):
+        launch.require_mpiexec()
     with pytest.raises(ScalingError, match="mpiexec not found"):
-        scaling._mpiexec()
+        scaling.measure(None, [], [], tmp_path)
+    args = argparse.Namespace(against="none", ranks="1", batch_size="4", workloads="convnet", steps=1, chunk=1,
+                              warmup=0, threads=1, bind=True, timeout=200, json=str(tmp_path / "t.json"))
+    with pytest.raises(TrainBenchError, match="mpiexec not found"):
+        btrain.run(args)
 
 
 def test_bad_ranks_from_the_command_line():

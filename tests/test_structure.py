@@ -330,6 +330,85 @@ def test_no_module_is_loaded_by_name():
     assert not found, "use an import statement and a row in the kind's table:\n" + "\n".join(found)
 
 
+# --- no module reads a private name of another --------------------------------
+#
+# A name that starts with one underscore is its module's own business: another
+# module that needs it needs a public name (with a docstring), in the module
+# that owns the thing. Two ways to reach one: ``from m import _x`` and ``m._x``
+# where ``m`` was bound by an import to a minips module. (A package's
+# ``__init__`` is a module of its own: its submodules are "another".)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(path: Path, name: str, modules: dict) -> list:
+    """``"file:line reads module._x"`` for each private name of another minips
+    module that the file imports or reads as an attribute of an imported module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    bound, found = {}, []  # local name -> the minips module it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:
+                if module in modules and module != name and _private(a.name):
+                    found.append((node.lineno, f"{module}.{a.name}"))
+                elif f"{module}.{a.name}" in modules:
+                    bound[a.asname or a.name] = f"{module}.{a.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, v = [], node.value
+            while isinstance(v, ast.Attribute):
+                chain.insert(0, v.attr)
+                v = v.value
+            if isinstance(v, ast.Name) and v.id in bound:
+                owner = ".".join([bound[v.id], *chain])
+                if owner in modules and owner != name:
+                    found.append((node.lineno, f"{owner}.{node.attr}"))
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{rel}:{line} reads {what}" for line, what in sorted(set(found))]
+
+
+def test_no_module_reads_a_private_name_of_another():
+    modules = _modules()
+    found = [use for name, p in sorted(modules.items()) for use in private_uses(p, name, modules)]
+    assert not found, "make the name public (with a docstring) in the module that owns it:\n" + "\n".join(found)
+
+
+def test_the_private_name_check_sees_both_forms(tmp_path):
+    """The checker itself, on a made-up package: ``from .a import _x``, ``a._x``
+    (a bound by ``from . import a``, ``import minips.a as a`` or ``import minips``
+    then ``minips.a._x``) and a submodule reading its package's private name are
+    found; a module's own private names, public names and dunders are not."""
+    pkg = tmp_path / "minips"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("_STATE = []\n")
+    (pkg / "a.py").write_text("_x = 1\ny = _x\n__all__ = []\n")
+    modules = {"minips": pkg / "__init__.py", "minips.a": pkg / "a.py", "minips.b": pkg / "b.py"}
+    cases = {"from .a import y, __all__\nfrom . import a\nz = a.y\n": [],
+             "from .a import _x\n": ["minips.a._x"],
+             "from . import a\nz = a._x\n": ["minips.a._x"],
+             "def f():\n    import minips.a as m\n    return m._x\n": ["minips.a._x"],
+             "import minips.a\nz = minips.a._x\n": ["minips.a._x"],
+             "import minips\nz = minips._STATE\n": ["minips._STATE"],
+             "from . import _STATE\n": ["minips._STATE"],
+             "import numpy\nz = numpy._x\n": []}
+    for code, expected in cases.items():
+        (pkg / "b.py").write_text(code)
+        got = [u.rpartition(" reads ")[2] for u in private_uses(pkg / "b.py", "minips.b", modules)]
+        assert got == expected, (code, got)
+    assert private_uses(pkg / "a.py", "minips.a", modules) == []  # its own
+
+
 def test_tensor_syntax_is_bound_whatever_is_imported_first():
     """tensor.py imports nothing above it; the operators and backward() are bound by
     minips/__init__.py (minips.tensor_methods), which Python runs first."""

@@ -241,8 +241,8 @@ def error_ylim(results: list[dict], tol: float = TOL) -> tuple[float, float]:
 def plot_errors(results: list[dict], path, title: str) -> None:
     """Relative error vs round (log y), one solid line per method, its
     spectral prediction ``rate^t`` dashed in the same colour."""
-    from ..plots import _plt
-    plt = _plt()
+    from ..plots import pyplot
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for k, r in enumerate(results):
         c = f"C{k}"
@@ -285,8 +285,8 @@ def node_positions(graph: Topology) -> np.ndarray:
 def write_frames(result: dict, graph, pos: np.ndarray, out_dir: Path, frames: int) -> list[Path]:
     """``frames`` PNGs of the values (first dimension) on the graph, rounds spread
     evenly over the run (a flip-book: ``frame_000.png``, ...)."""
-    from ..plots import _plt
-    plt = _plt()
+    from ..plots import pyplot
+    plt = pyplot()
     H = result["history"][:, :, 0]
     T = H.shape[1] - 1
     out_dir.mkdir(parents=True, exist_ok=True)

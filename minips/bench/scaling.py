@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +49,8 @@ from pathlib import Path
 
 from ..distributed.algorithms import BASELINE, DEFAULT_ALGOS
 from ..kernels import cpuinfo
+from ..kernels.threads import cores_on_node
+from .launch import MpiexecNotFound, launch_env, require_mpiexec
 
 __all__ = ["parse_ranks", "parse_algos", "measure", "model_check", "projection", "run", "reported_points"]
 
@@ -117,22 +118,9 @@ class _NoNetwork:
         return lambda *a, **k: 0.0
 
 
-def _mpiexec() -> str:
-    sibling = Path(sys.executable).parent / "mpiexec"
-    found = str(sibling) if sibling.exists() else shutil.which("mpiexec")
-    if not found:
-        raise ScalingError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
-                           "or load your site's MPI module")
-    return found
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
 def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd = [mpiexec, "-n", str(P)]
-    if args.bind and P * args.threads <= _cores() and args.threads == 1:
+    if args.bind and P * args.threads <= cores_on_node() and args.threads == 1:
         cmd += ["-bind-to", "core"]
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
@@ -156,13 +144,6 @@ def _flag_args(flags: dict) -> list[str]:
     return [a for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
-def _env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
-    for v in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[v] = str(threads)
-    return env
-
-
 def _load_avg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -177,7 +158,10 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
     Raises:
         ScalingError: a run failed or timed out (its stderr tail is quoted).
     """
-    mpiexec = _mpiexec()
+    try:
+        mpiexec = require_mpiexec()
+    except MpiexecNotFound as e:
+        raise ScalingError(str(e)) from None
     rows = []
     for P in ranks:
         for e in entries:
@@ -187,7 +171,7 @@ def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=prin
                 cmd = _train_cmd(args, e, P, out, mpiexec)
                 load = _load_avg()
                 try:
-                    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(args.threads),
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=launch_env(args.threads),
                                        timeout=args.timeout)
                 except subprocess.TimeoutExpired:
                     raise ScalingError(f"P={P} {e['label']}: no result after {args.timeout} s "
@@ -533,7 +517,7 @@ def plot_scaling(result: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import _COLORS
+    from ..plots import PHASE_COLORS
     from ..timing import PHASES
 
     rows = result["measured"]
@@ -543,7 +527,7 @@ def plot_scaling(result: dict, path) -> None:
     bottom = [0.0] * len(rows)
     for ph in PHASES:
         vals = [1e3 * r["time_breakdown"][ph] for r in rows]
-        ax.bar(names, vals, bottom=bottom, label=ph, color=_COLORS.get(ph))
+        ax.bar(names, vals, bottom=bottom, label=ph, color=PHASE_COLORS.get(ph))
         bottom = [b + v for b, v in zip(bottom, vals)]
     other = [1e3 * r["step_time_s"] - b for r, b in zip(rows, bottom)]
     ax.bar(names, other, bottom=bottom, label="other", color="#BBBBBB")
@@ -721,7 +705,7 @@ def run(args) -> int:
             raise ScalingError("--repeats must be >= 1")
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
-        cores = _cores()
+        cores = cores_on_node()
         over = [P for P in ranks if P * args.threads > cores]
         say(f"bench scaling: {args.model} on {args.data}, batch {args.batch_size}/rank, {args.steps} steps, "
             f"{args.threads} thread(s)/rank, {args.repeats} repeat(s); {cores} cores; load {_load_avg()}; "

@@ -93,8 +93,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -104,6 +102,7 @@ from pathlib import Path
 
 from ..distributed.algorithms import BASELINE
 from ..kernels.threads import cores_on_node
+from .launch import MPIEXEC_MISSING, find_mpiexec, launch_env
 from ..stats import CONFIDENCE, compare_with_baseline, fmt_diff, fmt_target, points_per_unit, t_interval
 
 __all__ = ["Grid", "RunSpec", "load_grid", "expand", "train_command", "aggregate", "markdown_report", "family_cells",
@@ -344,7 +343,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
         (out / VARIANT_TOML).write_text(
             f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
     cmd = train_command(spec, out, mpiexec)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
+    env = launch_env()
     env.update(grid.env)
     (out / "command.txt").write_text(" ".join(cmd) + "\n")
     t0 = time.perf_counter()
@@ -911,13 +910,6 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
     return paths
 
 
-def find_mpiexec() -> str | None:
-    """The ``mpiexec`` next to this Python (the mpich wheel in a venv), else the
-    one on PATH, else None."""
-    sibling = Path(sys.executable).parent / "mpiexec"
-    return str(sibling) if sibling.exists() else shutil.which("mpiexec")
-
-
 def _split(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
 
@@ -970,8 +962,7 @@ def run(args) -> int:
                          f"(or start it: the same command without --report-only)")
     mpiexec = find_mpiexec()
     if mpiexec is None and not args.report_only and not args.dry_run and not all(s.virtual for s in specs):
-        raise StudyError("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
-                         "or load your site's MPI module")
+        raise StudyError(MPIEXEC_MISSING)
     if args.dry_run:
         for s in specs:
             print(" ".join(train_command(s, s.out(root), mpiexec or "mpiexec")))

@@ -41,6 +41,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..kernels.threads import cores_on_node
+from .launch import MpiexecNotFound, launch_env, require_mpiexec
+
 
 __all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
 
@@ -89,13 +92,6 @@ def _torch_available() -> bool:
         return False
 
 
-def _env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI_LOCAL"))}
-    for v in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[v] = str(threads)
-    return env
-
-
 def machine() -> dict:
     """CPU model, vector width, cores, versions: the JSON header."""
     import numba
@@ -117,8 +113,7 @@ def machine() -> dict:
 
 def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
     """Launch the worker on P ranks; returns its JSON plus the launch details."""
-    from .scaling import _cores
-    bind = args.bind and P * args.threads <= _cores()
+    bind = args.bind and P * args.threads <= cores_on_node()
     with tempfile.TemporaryDirectory(prefix="minips-bench-train-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [mpiexec, "-n", str(P)] + (["-bind-to", "core"] if bind else [])
@@ -128,7 +123,7 @@ def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
                 "--out", str(out)] + (["--torch"] if use_torch else [])
         load_before = _load()
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, env=_env(args.threads), timeout=args.timeout)
+            r = subprocess.run(cmd, capture_output=True, text=True, env=launch_env(args.threads), timeout=args.timeout)
         except subprocess.TimeoutExpired:
             raise TrainBenchError(f"--ranks {P}: no result after {args.timeout} s (raise --timeout or lower "
                                   f"--steps): {' '.join(cmd)}") from None
@@ -198,7 +193,6 @@ def run(args) -> int:
         TrainBenchError: bad option, run under mpiexec, mpiexec missing, or a rank count failed.
     """
     from ..distributed.comm import launched_by_mpi
-    from .scaling import ScalingError, _mpiexec
     if launched_by_mpi():
         raise TrainBenchError("bench train launches mpiexec itself: run it as one plain process, not under mpiexec")
     ranks = parse_int_list("--ranks", args.ranks)
@@ -218,8 +212,8 @@ def run(args) -> int:
         raise TrainBenchError(f"cannot create {path.parent} ({e.strerror}); give --out a folder you can "
                               "write") from None
     try:
-        mpiexec = _mpiexec()
-    except ScalingError as e:
+        mpiexec = require_mpiexec()
+    except MpiexecNotFound as e:
         raise TrainBenchError(str(e)) from None
     use_torch = args.against == "torch" and _torch_available()
     note = None

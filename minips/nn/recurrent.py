@@ -169,7 +169,7 @@ class Embedding(Module):
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(f"Embedding sizes must be >= 1, got {num_embeddings} x {embedding_dim}")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        gen = init._rng(rng)
+        gen = init.resolve_rng(rng)
         self.weight = Parameter(gen.standard_normal((num_embeddings, embedding_dim)))
 
     def forward(self, ids):

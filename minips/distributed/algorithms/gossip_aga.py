@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gossip_common import radius_field, seed_field, topology_field, validate_topology
-from .gossip_pga import _PGA_PAPER, GossipPGA
+from .gossip_pga import PGA_PAPER, GossipPGA
 
 __all__ = ["GossipAGA"]
 
@@ -50,7 +50,7 @@ class GossipAGA(GossipPGA):
     """
 
     name = "gossip-aga"
-    paper = _PGA_PAPER + ("; adaptive period: reconstruction (the paper's formula was not retrievable), "
+    paper = PGA_PAPER + ("; adaptive period: reconstruction (the paper's formula was not retrievable), "
                          "docs/specifications.md section 6")
     POSITIONAL = ("h0",)
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 from .gossip_common import GossipAlgorithm, gossip_time, radius_field, seed_field, topology_field, validate_topology
 
-__all__ = ["GossipPGA"]
+__all__ = ["GossipPGA", "PGA_PAPER"]
 
-_PGA_PAPER = ("Y. Chen, K. Yuan, Y. Zhang, P. Pan, Y. Xu, W. Yin, Accelerating Gossip SGD with Periodic Global "
-              "Averaging, ICML 2021 (arXiv:2105.09080)")
+#: the paper of Gossip-PGA, which Gossip-AGA (gossip_aga.py) extends
+PGA_PAPER = ("Y. Chen, K. Yuan, Y. Zhang, P. Pan, Y. Xu, W. Yin, Accelerating Gossip SGD with Periodic Global "
+             "Averaging, ICML 2021 (arXiv:2105.09080)")
 
 
 class GossipPGA(GossipAlgorithm):
@@ -42,7 +43,7 @@ class GossipPGA(GossipAlgorithm):
     """
 
     name = "gossip-pga"
-    paper = _PGA_PAPER
+    paper = PGA_PAPER
     POSITIONAL = ("period",)
 
     @dataclass

@@ -24,14 +24,15 @@ from .mpi import launched_by_mpi, launcher_world
 
 __all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm",
            "launched_by_mpi", "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
-           "launcher_world", "mpi_started"]
+           "launcher_world", "mpi_started", "set_rank_world"]
 
 _world: Comm | None = None      # the process's world (MPI, or one rank)
 _rank_local = threading.local()  # .comm: a virtual rank's world (set by virtual.run in its thread)
 
 
-def _set_rank_world(comm: Comm | None) -> None:
-    """Make ``comm`` the world of the calling thread (a virtual rank); None clears it."""
+def set_rank_world(comm: Comm | None) -> None:
+    """Make ``comm`` the world of the calling thread (a virtual rank); None clears it.
+    Only :func:`.virtual.run` calls it, around each virtual rank's thread."""
     _rank_local.comm = comm
 
 

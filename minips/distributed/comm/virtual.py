@@ -947,7 +947,7 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
     """
     from ...data.shared import shared_data
     from ...kernels.threads import cores_on_node
-    from . import _set_rank_world, in_virtual_rank
+    from . import set_rank_world, in_virtual_rank
     from .mpi import launched_by_mpi
     from ... import environ
 
@@ -973,7 +973,7 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
             world.take_slot()
             comm = Comm(VirtualComm(world, world.root, rank), network=network, progress=progress,
                         allreduce=allreduce, ranks_per_node=ranks_per_node)
-            _set_rank_world(comm)
+            set_rank_world(comm)
             results[rank] = fn(*args, **kwargs)
             world.rank_done(rank)
         except JobAborted:
@@ -992,7 +992,7 @@ def run(size: int, fn, *args, cores: int | None = None, ranks_per_node: int | No
         finally:
             if comm is not None:
                 comm.close()
-            _set_rank_world(None)
+            set_rank_world(None)
             environ.end_rank()
             world.give_slot()
             ended[rank].set()
