@@ -87,6 +87,15 @@ def string_imports(tree, modules: dict) -> list:
     return found
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The dotted module a ``from ... import`` names, relative imports resolved
+    against ``package``."""
+    if node.level:
+        base = package.split(".")[:len(package.split(".")) - node.level + 1]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
 def imports_of(path: Path, name: str, modules: dict) -> set:
     """The minips modules that the file imports anywhere in it (relative imports resolved;
     ``from minips import nn`` counts as ``minips.nn``)."""
@@ -97,11 +106,7 @@ def imports_of(path: Path, name: str, modules: dict) -> set:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = _from_module(node, package)
             found.add(module)
             found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules}
     return {m for m in found if m == "minips" or m.startswith("minips.")}
@@ -207,11 +212,7 @@ def module_edges(path: Path, name: str, modules: dict) -> dict:
             for a in node.names:
                 add(a.name, node.lineno)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = _from_module(node, package)
             for a in node.names:
                 sub = f"{module}.{a.name}"
                 add(sub if sub in modules else module, node.lineno)
@@ -354,11 +355,7 @@ def private_uses(path: Path, name: str, modules: dict) -> list:
             for a in node.names:
                 bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = _from_module(node, package)
             for a in node.names:
                 if module in modules and module != name and _private(a.name):
                     found.append((node.lineno, f"{module}.{a.name}"))
