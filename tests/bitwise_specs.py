@@ -2,9 +2,11 @@
 (and every predictor of pseudo-sync, every compressor of top-k SGD) from a
 spec that writes each option out, so a change of defaults cannot hide a
 change of numerics; six steps of the MLP on the mini set, seed 0, with
-options that make every method communicate within those steps."""
+options that make every method communicate within those steps, one Numba and
+BLAS thread per rank whatever the machine's load."""
 import csv
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +73,17 @@ def run_specs(specs, P, out) -> dict:
             "--checkpoint-every", str(STEPS), "--out", str(out), "--algos", ",".join(specs)]
     if P > 1:
         args += ["--virtual-ranks", str(P)]
-    rc = main(args)
+    # one Numba/BLAS thread: a one-rank run otherwise takes as many threads as the load leaves free
+    # cores (kernels/threads.py), and the bits of parallel reductions depend on the thread count
+    before = os.environ.get("NUMBA_NUM_THREADS")
+    os.environ["NUMBA_NUM_THREADS"] = "1"
+    try:
+        rc = main(args)
+    finally:
+        if before is None:
+            del os.environ["NUMBA_NUM_THREADS"]
+        else:
+            os.environ["NUMBA_NUM_THREADS"] = before
     if rc != 0:
         raise RuntimeError(f"compare on {P} rank(s) returned {rc}")
     got = {}
