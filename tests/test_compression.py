@@ -218,3 +218,52 @@ def test_exchange_on_three_ranks_with_a_different_size_on_each(tmp_path):
         assert o["gossip_identity sent"] == 2 * 4 * D
         assert o["gossip_topk sent"] == 2 * (8 + max(sizes))  # padded to the largest, 8-byte length header
     assert np.abs(np.asarray(res[0]["randomk:ratio=0.2:seed=1"]) - res[1]["randomk:ratio=0.2:seed=1"]).max() == 0
+
+
+def test_lowrank_rounds_give_the_rank_r_approximation_and_keep_the_warm_start():
+    """One rank (the means are the payloads): compress, reproject and
+    decompress give P^ Q^T with P^ = orth(M Q^), Q = M^T P^, per matrix of the
+    concatenation, against a float64 QR transcription; Q is kept as the warm
+    start; the shared memory's add/keep keeps E = M - P^ Q^T exactly."""
+    from minips.distributed.compression import ErrorFeedback, LowRank, Payload
+    rng = np.random.default_rng(3)
+    shapes, r = [(12, 9), (7, 20)], 2
+    C = LowRank(shapes, r, seed=1)
+    Q0 = [q.astype(np.float64) for q in C.Q]
+    g = rng.standard_normal(C.size).astype(np.float32)
+    mem = ErrorFeedback(C.size)
+    mem.m[...] = rng.standard_normal(C.size).astype(np.float32)
+    m0 = mem.m.copy()
+    v = mem.add(g)
+    p = C.compress(v, 0).arrays[0]
+    q = C.reproject(v, p, 0).arrays[0]
+    out = C.decompress(Payload((p, q), C.size, 0))
+    mem.keep(v, out)
+    assert p.size + q.size == C.payload_bytes(C.size) // 4 == r * sum(n + m for n, m in shapes)
+    pos = ppos = 0
+    for k, (n, m) in enumerate(shapes):
+        M = (m0 + g)[pos:pos + n * m].reshape(n, m).astype(np.float64)
+        Ph, _ = np.linalg.qr(M @ np.linalg.qr(Q0[k])[0])
+        Qn = M.T @ Ph
+        np.testing.assert_allclose(out[pos:pos + n * m].reshape(n, m), Ph @ Qn.T, rtol=1e-4, atol=1e-5)
+        Ph32 = p[ppos:ppos + n * r].reshape(n, r).astype(np.float64)  # P^, orthogonalised in place
+        np.testing.assert_allclose(Ph32.T @ Ph32, np.eye(r), atol=1e-5)
+        np.testing.assert_allclose(C.Q[k], M.T @ Ph32, rtol=1e-4, atol=1e-5)  # the warm start: M^T P^
+        pos, ppos = pos + n * m, ppos + n * r
+    np.testing.assert_array_equal(mem.m, (m0 + g) - out)
+
+
+def test_powersgd_uses_the_shared_compressor_and_memory():
+    """PowerSGD's error is the shared ErrorFeedback (or NoMemory) and its power
+    iteration the LowRank compressor: no memory of its own."""
+    import minips as mp
+    from minips.distributed.algorithms import make_algorithm
+    from minips.distributed.comm import Comm
+    from minips.distributed.compression import ErrorFeedback, LowRank, NoMemory
+    from minips.optim import SGD
+    p = mp.nn.Parameter(np.zeros((16, 12), np.float32))
+    for ef, kind in ((True, ErrorFeedback), (False, NoMemory)):
+        algo = make_algorithm("powersgd", [p], SGD([p], lr=0.1), Comm(), rank=2, error_feedback=ef)
+        algo.start()
+        assert isinstance(algo.compressor, LowRank) and isinstance(algo.memory, kind)
+        assert not hasattr(algo, "E")

@@ -85,7 +85,8 @@ def test_powersgd_follows_its_algorithm_1():
     algo.start()
     rng = np.random.default_rng(5)
     shapes = [p.shape for p in params]
-    Q = {i: algo.Q[k].astype(np.float64).copy() for k, (i, _, _) in enumerate(algo.mats)}  # the random start
+    Q = {i: algo.compressor.Q[k].astype(np.float64).copy()  # the random start
+         for k, (i, _, _) in enumerate(algo.mats)}
     E = {i: np.zeros((n, m)) for i, n, m in algo.mats}
     r = 2
     for _ in range(2):
@@ -158,7 +159,7 @@ def test_powersgd_is_accurate_on_ill_conditioned_gradients(r, top, scale, ef):
     p = mp.nn.Parameter(np.zeros((n, m), np.float32))
     algo = make_algorithm("powersgd", [p], SGD([p], lr=1.0, momentum=0.0), Comm(), rank=r, error_feedback=ef)
     algo.start()
-    want = _powersgd_float64([G] * 12, algo.Q[0], ef)
+    want = _powersgd_float64([G] * 12, algo.compressor.Q[0], ef)
     errors = []
     for t in range(12):
         w0 = p.data.copy()

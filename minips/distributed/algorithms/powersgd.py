@@ -19,15 +19,12 @@ For every weight gradient reshaped to a matrix ``n x m`` (a conv kernel
     G = P^ Q^T                             # the same on every rank: replicas stay identical
     w = opt(w, G)
 
-Orthogonalising the warm-started Q every step follows PyTorch's hook (the
-paper's Algorithm 1 does not; in exact arithmetic the result is the same):
-the kept Q = M^T P^ carries the singular values, so without it the columns
-of M Q differ by (sigma_1 / sigma_r)^2 and float32 Gram-Schmidt loses the
-small ones when the singular values span 1e4 or more. Gram-Schmidt makes two
-passes over the earlier columns (Giraud, Langou, Rozloznik, "The loss of
-orthogonality in the Gram-Schmidt orthogonalization process", Comput. Math.
-Appl. 50, 2005: "twice is enough"), so that a gradient of rank below r,
-whose extra columns of P are rounding, still gives orthonormal columns.
+The power iteration is the compressor
+:class:`~minips.distributed.compression.LowRank` (its docstring: why two
+rounds, why Q is orthogonalised every step) and ``E`` is the shared
+:class:`~minips.distributed.compression.ErrorFeedback` over the matrices'
+entries, fed the mean approximation ``P^ Q^T``. This file keeps what the
+method adds: which tensors are compressed, the two allreduces, the warm-up.
 
 As in the paper (and PyTorch's hook), tensors that are not matrices (biases)
 go uncompressed: their gradients ride along in the first allreduce, averaged
@@ -47,6 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compression import LowRank, Payload, make_memory
+from ..compression.lowrank import orthogonalize
 from .base import Algorithm
 
 __all__ = ["PowerSGD", "orthogonalize"]
@@ -55,21 +54,6 @@ __all__ = ["PowerSGD", "orthogonalize"]
 #: measured for a 649 x 649 matrix, r = 2, one thread (1.8e10 /s; CPU time,
 #: docs/bench/compression/compress-time.json); smaller matrices run slower than this
 FLOPS = 1.8e10
-
-
-def orthogonalize(P: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-    """In place, Gram-Schmidt on the columns of P (n x r, float32): orthonormal
-    columns spanning the same space (a zero column stays zero; a column of
-    norm below ``eps`` is divided by ``eps``). Each column is projected off
-    the earlier ones twice: one pass leaves a column that was nearly in
-    their span far from orthogonal to them in float32. Returns P."""
-    for c in range(P.shape[1]):
-        col = P[:, c]
-        for _ in range(2):
-            for j in range(c):
-                col -= np.dot(P[:, j], col) * P[:, j]
-        col /= np.float32(max(float(np.linalg.norm(col)), eps))
-    return P
 
 
 class PowerSGD(Algorithm):
@@ -152,19 +136,10 @@ class PowerSGD(Algorithm):
         self.mats, n_p, n_q = self.plan(shapes, r)
         compressed = {i for i, _, _ in self.mats}
         self.plain = [i for i in range(len(shapes)) if i not in compressed]
-        self.p_buf = np.zeros(n_p, np.float32)
-        self.q_buf = np.zeros(n_q, np.float32)
-        rng = np.random.default_rng([self.options.seed, 0x5057])
-        self.Q = [rng.standard_normal((m, r)).astype(np.float32) for _, _, m in self.mats]  # warm start state
-        self.E = [np.zeros((n, m), np.float32) for _, n, m in self.mats] if self.options.error_feedback else None
+        self.compressor = LowRank([(n, m) for _, n, m in self.mats], r, self.options.seed)
+        self.memory = make_memory(self.options.error_feedback, self.compressor.size)  # E_i, the matrices' entries
+        self.p_buf = np.zeros(n_p, np.float32)  # the P's, then the uncompressed tensors: one allreduce
         self.out = np.zeros_like(self.flat.weights)
-
-    def _views(self, buf, sizes):
-        out, pos = [], 0
-        for s in sizes:
-            out.append(buf[pos:pos + s])
-            pos += s
-        return out, pos
 
     def step(self) -> None:
         g = self.flat.grads[0]
@@ -172,56 +147,46 @@ class PowerSGD(Algorithm):
             self.timer.add("wait", self.comm.allreduce(g))
             self.apply_update(self.average(g))
             return self.end_step()
-        r = self.options.rank
-        grads = [self.flat._view(g, i) for i, _, _ in self.mats]
+        C, t = self.compressor, self.step_count
         with self.timer.phase("compress"):
-            M = [gi.reshape(n, m) + (self.E[k] if self.E is not None else 0)
-                 for k, (gi, (_, n, m)) in enumerate(zip(grads, self.mats))]
-            Ps, pos = self._views(self.p_buf, [n * r for _, n, _ in self.mats])
-            for k, Mk in enumerate(M):
-                orthogonalize(self.Q[k])                                  # Q^: unit columns (see the docstring)
-                np.matmul(Mk, self.Q[k], out=Ps[k].reshape(-1, r))      # P_i = M_i Q^
+            grads = [self.flat._view(g, i).ravel() for i, _, _ in self.mats]
+            M = self.memory.add(np.concatenate(grads) if grads else np.zeros(0, np.float32))  # M_i = G_i + E_i
+            p = C.compress(M, t).arrays[0]                                # P_i = M_i Q^
             plain = [self.flat._view(g, i).ravel() for i in self.plain]
-            self.p_buf[pos:] = np.concatenate(plain) if plain else []  # vectors ride along, uncompressed
+            self.p_buf[:p.size] = p
+            self.p_buf[p.size:] = np.concatenate(plain) if plain else []  # vectors ride along, uncompressed
         self.timer.add("wait", self.comm.allreduce(self.p_buf))          # first allreduce
         self.average(self.p_buf)
+        P_mean = self.p_buf[:p.size]
         with self.timer.phase("compress"):
-            Qs, _ = self._views(self.q_buf, [m * r for _, _, m in self.mats])
-            for k, Mk in enumerate(M):
-                Ph = orthogonalize(Ps[k].reshape(-1, r))                  # P^ (identical on every rank)
-                np.matmul(Mk.T, Ph, out=Qs[k].reshape(-1, r))             # Q_i = M_i^T P^
-        self.timer.add("wait", self.comm.allreduce(self.q_buf))          # second allreduce
-        self.average(self.q_buf)
+            q = C.reproject(M, P_mean, t).arrays[0]                      # P^ in place; Q_i = M_i^T P^
+        self.timer.add("wait", self.comm.allreduce(q))                  # second allreduce
+        self.average(q)
         with self.timer.phase("decompress"):
-            for k, (i, n, m) in enumerate(self.mats):
-                self.Q[k][...] = Qs[k].reshape(m, r)                      # warm start for the next step
-                approx = Ps[k].reshape(n, r) @ self.Q[k].T                # G = P^ Q^T
-                if self.E is not None:
-                    np.subtract(M[k], approx, out=self.E[k])              # E_i = M_i - P^ Q^T
-                self.flat._view(self.out, i)[...] = approx.reshape(self.flat.params[i].shape)
-            off = 0
+            approx = C.decompress(Payload((P_mean, q), C.size, t))        # P^ Q^T; Q kept as warm start
+            self.memory.keep(M, approx)                                   # E_i = M_i - P^ Q^T
+            pos = 0
+            for i, n, m in self.mats:
+                self.flat._view(self.out, i)[...] = approx[pos:pos + n * m].reshape(self.flat.params[i].shape)
+                pos += n * m
+            off = p.size
             for i in self.plain:
                 v = self.flat._view(self.out, i)
-                v[...] = self.p_buf[pos + off:pos + off + v.size].reshape(v.shape)
+                v[...] = self.p_buf[off:off + v.size].reshape(v.shape)
                 off += v.size
-        self.log = {"wire_bytes": self.p_buf.nbytes + self.q_buf.nbytes}
+        self.log = {"wire_bytes": self.p_buf.nbytes + q.nbytes}
         self.apply_update(self.out)
         self.end_step()
 
     def report(self) -> dict:
         return {"compressed_matrices": [(int(n), int(m)) for _, n, m in self.mats],
-                "floats_per_step": int(self.p_buf.size + self.q_buf.size), "model_floats": int(self.flat.numel)}
+                "floats_per_step": int(self.p_buf.size + sum(m * self.options.rank for _, _, m in self.mats)),
+                "model_floats": int(self.flat.numel)}
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "Q": [q.copy() for q in self.Q]}
-        if self.E is not None:
-            state["E"] = [e.copy() for e in self.E]
-        return state
+        return {**super().state_dict(), **self.compressor.state_dict(), "memory": self.memory.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        for dst, src in zip(self.Q, state.get("Q", [])):
-            dst[...] = np.asarray(src, np.float32)
-        if self.E is not None:
-            for dst, src in zip(self.E, state.get("E", [])):
-                dst[...] = np.asarray(src, np.float32)
+        self.compressor.load_state_dict(state)
+        self.memory.load_state_dict(state.get("memory", {}))

@@ -10,6 +10,10 @@ GRACE's split (Xu et al., ICDCS 2021), so any compressor runs with any method:
   summable, else Allgather of variable-size bytes) and
   :func:`gossip_exchange` (neighbour exchange).
 
+:class:`LowRank` (rank-r factors by power iteration) is built by its method
+with the model's matrix shapes, not by name: its two rounds of communication
+do not fit :func:`exchange` (:mod:`.lowrank` says why).
+
 A compressor is named by a spec ``NAME[:key=value]...`` (e.g.
 ``topk:ratio=0.01``, ``qsgd-quant:s=4:bucket=256``) or by a name and keyword
 options: :func:`make_compressor`. Compressor names differ from the algorithm
@@ -24,13 +28,14 @@ from .countsketch import CountSketch
 from .fp16 import FP16
 from .gaussian import GaussianProjection
 from .identity import Identity
+from .lowrank import LowRank
 from .memory import ErrorFeedback, NoMemory, make_memory
 from .qsgd import QSGD
 from .randomk import RandomK
 from .sign import Sign
 from .topk import TopK
 
-__all__ = ["COMPRESSORS", "Compressor", "ErrorFeedback", "NoMemory", "Payload", "compressor_options",
+__all__ = ["COMPRESSORS", "Compressor", "ErrorFeedback", "LowRank", "NoMemory", "Payload", "compressor_options",
            "exchange", "gossip_exchange", "make_compressor", "make_memory", "parse_compressor"]
 
 #: name -> class; every compressor minips has.

@@ -40,13 +40,28 @@ class ErrorFeedback:
         Raises:
             ValueError: ``g`` has another length than the memory.
         """
+        v = self.add(g)
+        c = compressor.compress(v, step)
+        self.keep(v, compressor.decompress(c))
+        return c
+
+    def add(self, g: np.ndarray) -> np.ndarray:
+        """``v = m + g`` (a new float32 (size,) array): the vector to compress.
+
+        Raises:
+            ValueError: ``g`` has another length than the memory.
+        """
         g = check_vector(g)
         if g.size != self.m.size:
             raise ValueError(f"error feedback: vector of {g.size} entries, memory of {self.m.size}")
-        v = self.m + g
-        c = compressor.compress(v, step)
-        np.subtract(v, compressor.decompress(c), out=self.m)
-        return c
+        return self.m + g
+
+    def keep(self, v: np.ndarray, sent: np.ndarray) -> None:
+        """``m = v - sent``: what ``sent`` (the decompressed message, float32
+        (size,)) missed of ``v``. :meth:`compress` is ``add``, compress, ``keep``;
+        a compressor whose message is known only after communication (the
+        low-rank one: the mean ``P^ Q^T``) calls the two around it."""
+        np.subtract(v, sent, out=self.m)
 
     def reset(self, idx=None) -> None:
         """Zero the memory (at ``idx`` only, if given): gs-SGD's error reset."""
@@ -76,6 +91,12 @@ class NoMemory:
 
     def compress(self, compressor: Compressor, g: np.ndarray, step: int) -> Payload:
         return compressor.compress(check_vector(g), step)
+
+    def add(self, g: np.ndarray) -> np.ndarray:
+        return check_vector(g)
+
+    def keep(self, v: np.ndarray, sent: np.ndarray) -> None:
+        pass
 
     def reset(self, idx=None) -> None:
         pass
