@@ -164,7 +164,8 @@ def project(trainer, breakdown: dict) -> dict:
     ``projected_*`` entries (the step time None when the algorithm has no cost
     model)."""
     from .distributed.costmodel import parse_network
-    from .distributed.projection import StepProfile, step_time
+    from .distributed.algorithms import step_time
+    from .distributed.costmodel import StepProfile
 
     cfg, comm, spec = trainer.cfg, trainer.comm, trainer.spec
     net = cfg.network or PROJECTION_NETWORK

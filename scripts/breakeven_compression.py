@@ -25,7 +25,7 @@ import numpy as np
 
 from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NETWORKS, NetworkModel
-from minips.distributed.projection import StepProfile
+from minips.labs.projection import StepProfile
 from minips.models import build_model
 from minips.tasks import make_task
 

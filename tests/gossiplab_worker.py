@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from minips.averaging.engines import MPICluster
-from minips.averaging.lab import simulate
+from minips.labs.averaging import simulate
 from minips.distributed.comm import get_comm, run_or_abort
 
 ROUNDS = 12

@@ -101,7 +101,7 @@ def test_options_that_do_not_fit_the_model_or_the_ranks_fail_at_build():
 
 def test_spec_forms_and_cost_model():
     from minips.distributed.costmodel import NetworkModel
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     assert resolve("choco-sgd:torus").options == resolve("choco-sgd:topology=torus").options
     assert resolve("choco-sgd").run_label == "choco-sgd:ring:gamma=0.5:sign" and not resolve("choco-sgd").replicated
     net, d = NetworkModel(alpha=1e-4, beta=1e-8), 1_000_000

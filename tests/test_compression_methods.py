@@ -305,7 +305,7 @@ def test_cost_models_charge_compression_and_the_smaller_payload():
     network (10 Mb/s) every method beats sync, and with no network (alpha = beta = 0)
     top-k loses by exactly its modelled compression time."""
     from minips.distributed.costmodel import NetworkModel
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     prof = StepProfile(forward=0.01, backward=0.02, grad_bytes=4 * D_MLP)
     slow, free = NetworkModel(alpha=50e-6, beta=8e-7), NetworkModel(alpha=0.0, beta=0.0)
     sync = resolve("sync")

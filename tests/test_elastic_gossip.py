@@ -66,7 +66,7 @@ def test_resume_is_bitwise(tmp_path):
 
 def test_cost_model():
     from minips.distributed.costmodel import NETWORKS
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     prof, net = StepProfile(forward=0.004, backward=0.006, grad_bytes=4_000_000), NETWORKS["10gbe"]
     o = resolve("elastic-gossip:p=0.25:period=2").options
     expect = prof.compute + (net.allgatherv_time([4] * 8) + 0.5 * net.message_time(4_000_000)) / 2

@@ -5,11 +5,11 @@ algorithm through its interface or handle what every run writes: the run's
 options (config.py) and their command line (cli.py, which also holds other
 subcommands), the training loop (train.py), what a run reports and draws
 (report.py, plots.py, rundir.py), checkpoints (checkpoint.py), runs of several
-algorithms (compare.py), the cost-model projection (distributed/projection.py)
+algorithms (compare.py), the cost-model projection (labs/projection.py)
 and every benchmark (bench/*.py). Left out: the algorithms package itself
 (where names belong), the plug-in kinds with tables of their own
 (compression/, averaging/), the laboratories that study one method's parts
-(distributed/staleness_lab.py studies the predictors), and the layers below
+(labs/staleness.py studies the predictors), and the layers below
 the algorithms (comm/, flat.py, topology.py, kernels, models, tasks), which
 know no algorithm anyway.
 
@@ -35,7 +35,7 @@ algorithm" (commit b918e31), it finds: config.py (``"predictor"``,
 (``"--predictor"``, ``"--staleness"``, ``"--bucket-mb"``), train.py
 (``"staleness"``), report.py (``"predictor"``, ``"staleness"``,
 ``"predictor_options"``, ``buckets``), plots.py (``"lambda"``,
-``"cos_forecast"``), distributed/projection.py (``buckets``: a StepProfile
+``"cos_forecast"``), labs/projection.py (``buckets``: a StepProfile
 field), bench/scaling.py (``bucket_mb``, ``"--bucket-mb"``, ``buckets``) and
 bench/study.py (``"predictor_options"``).
 """
@@ -52,7 +52,8 @@ from minips.distributed.algorithms.predictors import PREDICTORS
 PKG = Path(__file__).resolve().parents[1] / "minips"
 
 GENERIC_FILES = sorted({*(PKG / f for f in ("config.py", "cli.py", "train.py", "report.py", "plots.py", "rundir.py",
-                                            "checkpoint.py", "compare.py", "distributed/projection.py")),
+                                            "checkpoint.py", "compare.py", "labs/projection.py",
+                                            "distributed/costmodel.py")),
                         *(PKG / "bench").glob("*.py")})
 
 #: option names that are also the generic layers' own words, with their meaning there

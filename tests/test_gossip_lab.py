@@ -29,7 +29,7 @@ import pytest
 from minips.averaging import METHODS, make_method
 from minips.averaging.base import greedy_matching
 from minips.averaging.engines import VectorisedCluster
-from minips.averaging.lab import initial_values, simulate
+from minips.labs.averaging import initial_values, simulate
 from minips.averaging.periodic import period_lambda2
 from minips.distributed.topology import make_topology
 
@@ -369,7 +369,7 @@ def test_error_plot_y_range_follows_the_measured_curves():
     """The y-axis spans the measured errors, not a fixed 1e-16..10: a large ring whose errors stay
     above 0.1 fills the plot; a run that reaches 1e-15 is shown down there; the 1e-6 line is drawn
     only when some curve comes within a factor 100 of it."""
-    from minips.averaging.lab import TOL, error_ylim
+    from minips.labs.averaging import TOL, error_ylim
     slow = [{"relative_error": list(np.linspace(1.0, 0.14, 500))}, {"relative_error": [1.0, 0.9, 0.72]}]
     lo, hi = error_ylim(slow)
     assert 0.04 <= lo <= 0.14 / 2 and hi == pytest.approx(3.0)
@@ -381,7 +381,7 @@ def test_error_plot_y_range_follows_the_measured_curves():
 
 
 def test_report_table_has_one_header_word_pair_per_column():
-    from minips.averaging.lab import report_lines
+    from minips.labs.averaging import report_lines
     r = {"topology": "ring", "n": 8, "d": 1, "engine": "vectorised", "lambda2": 0.9, "method": "plain",
          "rounds_to_1e-6": 100, "rounds_to_1e-6_predicted": 99, "rate_measured": 0.87, "rate_predicted": 0.86,
          "messages_to_1e-6": 1600, "relative_error": [1.0, 1e-7]}

@@ -90,7 +90,7 @@ def test_partners_are_a_shift_along_a_shared_permutation(P):
 
 def test_cost_model_is_one_message_independent_of_P():
     from minips.distributed.costmodel import NETWORKS
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     prof = StepProfile(forward=0.004, backward=0.006, grad_bytes=4_000_000)
     net, o = NETWORKS["1gbe"], resolve("gossipgrad").options
     times = {GossipGraD.step_time(o, prof, P, net) for P in (2, 16, 1024)}

@@ -96,7 +96,7 @@ def test_bad_graphs_say_what_to_do(opts, P, message):
 
 def test_cost_model_exchange_is_independent_of_P():
     from minips.distributed.costmodel import NetworkModel
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     net, prof = NetworkModel(1e-5, 1e-9), StepProfile(0.1, 0.2, grad_bytes=4e6)
     gt = resolve("gradient-tracking").cls
     t16, t1024 = (gt.step_time(resolve("gradient-tracking").options, prof, P, net) for P in (16, 1024))

@@ -187,7 +187,7 @@ def test_cost_model_by_hand():
 
 
 def test_projection_over_nodes_uses_the_path_and_ranks_per_node():
-    from minips.distributed.projection import StepProfile, project_nodes
+    from minips.labs.projection import StepProfile, project_nodes
     prof = StepProfile(forward=0.01, backward=0.01, grad_bytes=1e6)
     shm = SharedMemoryModel(1e-6, 100e9)
     rows = {path: project_nodes({"sync": prof}, "10gbe", [1, 64], 48, path, shm=shm)["sync"]

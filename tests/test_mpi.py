@@ -62,7 +62,7 @@ def _reference_stale_run(P, batch, steps, predictor, staleness):
     import minips as mp
     from minips.data import BatchLoader, DistributedSampler
     from minips.distributed.flat import FlatParams
-    from minips.distributed.staleness_lab import simulate_stale_sgd
+    from minips.labs.staleness import simulate_stale_sgd
     from minips.models import MLP
 
     sys.path.insert(0, str(Path(WORKER).parent))

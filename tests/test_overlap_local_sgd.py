@@ -16,7 +16,7 @@ import pytest
 
 from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NetworkModel
-from minips.distributed.projection import StepProfile
+from minips.labs.projection import StepProfile
 
 from .conftest import cli_on_ranks, run_ranks
 

@@ -14,7 +14,7 @@ import pytest
 
 from minips.distributed.algorithms import ALGORITHMS, describe_algorithms, parse_spec, resolve
 from minips.distributed.costmodel import NetworkModel
-from minips.distributed.projection import StepProfile, project, step_time
+from minips.labs.projection import StepProfile, project, step_time
 
 from .conftest import ROOT, cli_on_ranks, run_cli, run_ranks, subprocess_env
 from .toy_algorithm import ToyDrift

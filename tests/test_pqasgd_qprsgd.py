@@ -112,7 +112,7 @@ def test_options_that_do_not_fit_the_model_fail_at_build():
 
 def test_spec_forms_and_cost_models():
     from minips.distributed.costmodel import NetworkModel
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     assert resolve("pqasgd:3").options == resolve("pqasgd:period=3").options
     assert resolve("pqasgd").run_label == "pqasgd:period=2:qsgd-quant:s=1"
     gossip = resolve("qprsgd:mode=gossip")

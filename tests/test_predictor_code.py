@@ -15,7 +15,7 @@ import pytest
 
 from minips.distributed.algorithms import aesp, local_predictors, resolve
 from minips.distributed.algorithms.local_predictors import AdaptiveLocalPredictor, LocalPredictor
-from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd
+from minips.labs.staleness import LeastSquares, run_stale_sgd
 from minips.kernels import REFERENCE_ENV
 from minips.train import TrainConfig, Trainer
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from minips.distributed.algorithms.predictors import PREDICTORS, make_predictor
-from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
+from minips.labs.staleness import LeastSquares, run_stale_sgd, simulate_stale_sgd
 
 
 @pytest.fixture(scope="module")

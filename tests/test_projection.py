@@ -1,11 +1,11 @@
-"""The scaling projection (minips.distributed.projection) against hand-computed cases."""
+"""The scaling projection (minips.labs.projection) against hand-computed cases."""
 import math
 
 import pytest
 
 from minips.distributed.algorithms import resolve
 from minips.distributed.costmodel import NetworkModel, NETWORKS, ring_allreduce_time
-from minips.distributed.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
+from minips.labs.projection import (StepProfile, allreduce_time, interference_from_overlap, project,
                                            rabenseifner_allreduce_time, step_time, weak_scaling_efficiency)
 
 
@@ -128,7 +128,7 @@ def test_profile_checks_and_from_summary():
     with pytest.raises(ValueError, match="buckets sum"):  # checked where overlap-sync's model reads them
         step_time("overlap-sync", StepProfile(0.0, 0.0, grad_bytes=10, buckets=(3, 3)), 2, NET)
     with pytest.raises(ValueError, match="no registered algorithm reads 'bukets'; the extras they read: buckets"):
-        StepProfile(0.0, 0.0, grad_bytes=10, bukets=(3, 7))
+        step_time("overlap-sync", StepProfile(0.0, 0.0, grad_bytes=10, bukets=(3, 7)), 2, NET)
     s = {"step_time_s": 0.1, "time_breakdown": {"forward": 0.03, "backward": 0.04, "post": 0.001, "wait": 0.005,
                                                 "predict": 0.01, "update": 0.002}}
     spec = resolve("pseudo-sync")

@@ -127,7 +127,7 @@ def test_resume_is_bitwise_and_evaluates_the_debiased_average(tmp_path):
 
 def test_cost_model_is_degree_times_one_message():
     from minips.distributed.costmodel import NETWORKS
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     prof, net = StepProfile(forward=0.004, backward=0.006, grad_bytes=4_000_000), NETWORKS["1gbe"]
     o = resolve("sgp").options
     one = prof.compute + net.message_time(4_000_004)

@@ -131,7 +131,7 @@ def test_bad_options_say_what_to_write(text, message):
 
 def test_spec_forms_and_cost_model():
     from minips.distributed.costmodel import NetworkModel
-    from minips.distributed.projection import StepProfile
+    from minips.labs.projection import StepProfile
     assert resolve("ssd-sgd:2").options == resolve("ssd-sgd:period=2").options
     assert resolve("ssd-sgd").run_label == "ssd-sgd:period=2" and resolve("ssd-sgd").replicated
     net, prof = NetworkModel(alpha=1e-4, beta=1e-8), StepProfile(forward=0.02, backward=0.03, grad_bytes=4_000_000)

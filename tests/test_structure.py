@@ -31,6 +31,18 @@ FORBIDDEN = {
     "minips.models": ("minips.tasks", "minips.distributed", "minips.train"),
     # tasks evaluate the model they are given, on data they load
     "minips.tasks": ("minips.models", "minips.distributed", "minips.train"),
+    # the distributed layer (communication, cost models, graphs, compression, algorithms) and the
+    # averaging methods know nothing of the labs that study them, nor of the entry points
+    "minips.distributed": ("minips.labs", "minips.averaging", "minips.report", "minips.plots", "minips.train",
+                           "minips.compare", "minips.cli", "minips.bench"),
+    "minips.averaging": ("minips.labs", "minips.plots", "minips.report", "minips.cli", "minips.bench"),
+    # the run's own layers (training loop, summary, figures) sit below the labs and the entry points
+    "minips.train": ("minips.labs", "minips.cli", "minips.bench", "minips.compare"),
+    "minips.report": ("minips.labs", "minips.cli", "minips.bench", "minips.compare"),
+    "minips.plots": ("minips.labs", "minips.cli", "minips.bench", "minips.compare"),
+    "minips.config": ("minips.labs", "minips.cli", "minips.bench", "minips.compare"),
+    # the labs drive the algorithms and averaging methods; the entry points drive the labs
+    "minips.labs": ("minips.cli", "minips.bench", "minips.compare"),
 }
 
 #: (file, imported module) pairs allowed for now, each with its reason. An entry

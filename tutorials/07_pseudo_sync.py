@@ -26,7 +26,7 @@
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/07_pseudo_sync.py`, about 25 s on idle cores.
 # **Files to read alongside**: `minips/distributed/algorithms/pseudo_sync.py`,
-# `minips/distributed/staleness_lab.py`, `docs/distributed.md` (section "Pseudo-synchronous SGD").
+# `minips/labs/staleness.py`, `docs/distributed.md` (section "Pseudo-synchronous SGD").
 
 # %%
 import inspect
@@ -41,7 +41,7 @@ from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.pseudo_sync import PseudoSyncSGD
 from minips.distributed.comm import get_comm
-from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd
+from minips.labs.staleness import LeastSquares, run_stale_sgd
 from minips.models import ConvNet
 from minips.optim import SGD
 from minips.train import Trainer, TrainConfig
@@ -183,7 +183,7 @@ if comm.rank == 0:
 #
 # On a neural network the effect of a stale gradient is mixed up with everything else. On a
 # least-squares problem `f(w) = 1/(2m) ||X w - y||^2` it can be seen in seconds, with the
-# same update rule and the same predictors: `minips/distributed/staleness_lab.py` runs stale-by-k
+# same update rule and the same predictors: `minips/labs/staleness.py` runs stale-by-k
 # SGD in one process (`simulate_stale_sgd`, and `run_stale_sgd` for a `LeastSquares`
 # problem). Ours has d = 200 unknowns, a Hessian with condition number 1,000 and a randomly
 # rotated eigenbasis (`rotate=True`, like a real network's dense Hessian), minibatches of

@@ -36,7 +36,7 @@
 #
 # **Runs in**: one process (it launches `mpiexec -n 2` itself for the last section), about
 # 30 s on idle cores (a few minutes on a busy machine). **Files to read alongside**: `minips/distributed/algorithms/predictors.py`,
-# `minips/distributed/staleness_lab.py`.
+# `minips/labs/staleness.py`.
 
 # %%
 import inspect
@@ -47,7 +47,7 @@ import numpy as np
 
 from _common import FAST, exercise, mpiexec, out_dir, pick, show
 from minips.distributed.algorithms.predictors import (AdaptivePredictor, LastPredictor, Predictor, make_predictor)
-from minips.distributed.staleness_lab import LeastSquares, run_stale_sgd, simulate_stale_sgd
+from minips.labs.staleness import LeastSquares, run_stale_sgd, simulate_stale_sgd
 
 OUT = out_dir("08")
 
@@ -294,7 +294,7 @@ show(fig, OUT / "predictors_lab.png")
 #   recovers. `lambda_t` settles near 0.5-0.65, not 1: the regression also sees the
 #   minibatch noise in `h` and stays cautious. That costs accuracy here, where the
 #   diagonal curvature is exact, and helps where it is not (a rotated Hessian;
-#   `docs/distributed.md` has the full table: `python -m minips.distributed.staleness_lab`).
+#   `docs/distributed.md` has the full table: `python -m minips.labs.staleness`).
 # - `rel_error` stays near 1 and `cos_forecast` well below 1 with minibatch gradients:
 #   `G_j - G_{j-k}` is mostly *sampling noise* between two different batches, which no
 #   forecast can predict. The full-batch forecast error in the previous figure shows what the

@@ -46,7 +46,7 @@ import numpy as np
 from matplotlib.ticker import NullLocator
 
 from _common import exercise, minips_cli, mpiexec, out_dir, pick, say, show
-from minips.averaging.lab import simulate
+from minips.labs.averaging import simulate
 from minips.compare import run_folder
 from minips.distributed.algorithms.d_psgd import DPSGD
 from minips.distributed.algorithms.gossip_pga import GossipPGA
@@ -140,7 +140,7 @@ minips_cli(["gossip-lab", "--topology", "ring", "-n", 32, "--method", "plain,acc
             "--rounds", pick(1200, 200), "--out", OUT / "lab"])
 
 # %% [markdown]
-# The same from Python (`minips.averaging.lab.simulate`), for four graphs and growing n,
+# The same from Python (`minips.labs.averaging.simulate`), for four graphs and growing n,
 # each run stopped at 1e-6:
 
 # %%
@@ -186,7 +186,7 @@ a2.set_ylabel("rounds to 1e-6")
 a2.set_title("the ring's gap shrinks as 1/n^2")
 a2.grid(alpha=0.3, which="both")
 a2.legend(fontsize=8)
-fig.suptitle("the spectral gap sets the speed of gossip averaging (minips.averaging.lab)")
+fig.suptitle("the spectral gap sets the speed of gossip averaging (minips.labs.averaging)")
 fig.tight_layout()
 show(fig, OUT / "spectral_gap.png")
 

@@ -46,7 +46,7 @@ from minips.distributed.algorithms import resolve
 from minips.distributed.algorithms.topk_sgd import CompressedSGD
 from minips.distributed.compression import ErrorFeedback, NoMemory, make_compressor
 from minips.distributed.costmodel import NETWORKS, NetworkModel
-from minips.distributed.projection import StepProfile
+from minips.labs.projection import StepProfile
 from minips.models import ConvNet
 
 OUT = out_dir("13")

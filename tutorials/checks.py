@@ -646,7 +646,7 @@ S07 = "07_pseudo_sync"
 
 @register("7.1", S07, "stale_sgd", "that is the rule of PseudoSyncSGD.step with the `last` predictor.")
 def check_stale_sgd(stale_sgd):
-    from minips.distributed.staleness_lab import LeastSquares, simulate_stale_sgd
+    from minips.labs.staleness import LeastSquares, simulate_stale_sgd
 
     problem = LeastSquares(d=20, m=200, cond=50.0, rotate=True, seed=3)
     rng = np.random.default_rng(71)

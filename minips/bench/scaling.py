@@ -18,7 +18,7 @@ communication (and sharing the node's memory bandwidth) costs, not thread
 scaling. Up to the number of cores the ranks are bound to cores; beyond it
 they are oversubscribed (fine for correctness, meaningless for timing).
 
-Then the model (:mod:`minips.distributed.projection`):
+Then the model (:mod:`minips.labs.projection`):
 
 - *predicted vs measured*: the step time at each measured P predicted from the
   P = 1 compute profile plus (a) the blocking allreduce time the Trainer
@@ -94,7 +94,7 @@ def parse_algos(spec: str) -> list[dict]:
             algorithm has no step-time model.
     """
     from ..distributed.algorithms import resolve
-    from ..distributed.projection import StepProfile
+    from ..labs.projection import StepProfile
 
     out = []
     for item in [s.strip() for s in str(spec).split(",") if s.strip()]:
@@ -215,7 +215,7 @@ def _profile(row: dict, grad_bytes: int, spec: str | None = None, shapes=(), fla
     the algorithm of ``spec`` reads (``Algorithm.profile_extras``, from the
     model's ``shapes`` and ``phases``, default the row's own breakdown); none
     without a spec."""
-    from ..distributed.projection import StepProfile
+    from ..labs.projection import StepProfile
     return StepProfile.from_summary(row, grad_bytes, extras=_extras(spec, shapes, flags, row["time_breakdown"]
                                                                     if phases is None else phases))
 
@@ -250,7 +250,7 @@ def model_check(rows: list[dict], grad_bytes: int, shapes=(), fit_net=None, inte
     model's parameter shapes; ``flags``: the older per-option flags the runs
     were given (both for the algorithm's profile extras)."""
     from ..distributed.costmodel import NetworkModel
-    from ..distributed.projection import step_time
+    from ..labs.projection import step_time
 
     out = []
     for r in rows:
@@ -307,7 +307,7 @@ def _same_algorithm(a: str, b: str) -> bool:
 
 def projection(rows: list[dict], grad_bytes: int, shapes, networks, Ps, interference: float = 0.0,
                also=(), flags=None) -> dict:
-    """E(P) per network and algorithm (see :func:`minips.distributed.projection.project`).
+    """E(P) per network and algorithm (see :func:`minips.labs.projection.project`).
 
     At P = 1 every algorithm computes the same thing, and their measured
     compute differs only by noise; so all share one compute profile (forward,
@@ -322,7 +322,7 @@ def projection(rows: list[dict], grad_bytes: int, shapes, networks, Ps, interfer
     one resolves to the same algorithm and options as a measured row: then it
     gets that row's extras."""
     from ..distributed.costmodel import parse_network
-    from ..distributed.projection import project
+    from ..labs.projection import project
 
     profiles, baseline = _profiles(rows, grad_bytes, shapes, also, flags)
     out = {}
@@ -362,7 +362,7 @@ def node_projection(rows: list[dict], grad_bytes: int, shapes, networks, nodes=P
                     shm=None) -> dict:
     """``--project``: E over N nodes of R ranks each (P = N R ranks, a rank per
     core), flat and hierarchical allreduce, for every network, R and algorithm
-    (:func:`minips.distributed.projection.project_nodes`); each rank computes
+    (:func:`minips.labs.projection.project_nodes`); each rank computes
     the measured one-rank step (the profiles of :func:`projection`).
 
     Returns:
@@ -370,7 +370,7 @@ def node_projection(rows: list[dict], grad_bytes: int, shapes, networks, nodes=P
         "allreduce", "nodes", "P", "efficiency", "step_s", "comm_s"}, ...]}}``.
     """
     from ..distributed.costmodel import SHARED_MEMORY, parse_network
-    from ..distributed.projection import ALLREDUCE_PATHS, project_nodes
+    from ..labs.projection import ALLREDUCE_PATHS, project_nodes
 
     shm = shm or SHARED_MEMORY
     profiles, _ = _profiles(rows, grad_bytes, shapes, also, flags)
@@ -667,7 +667,7 @@ def _plot_projection_by_family(result: dict, path, plt) -> None:
 def _comm_fit(path):
     """(NetworkModel of the fit, phi from the poll-mode overlap or None) of a bench comm JSON."""
     from ..distributed.costmodel import NetworkModel
-    from ..distributed.projection import interference_from_overlap
+    from ..labs.projection import interference_from_overlap
 
     c = json.loads(Path(path).read_text())
     if not c.get("fit"):

@@ -63,9 +63,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["NETWORKS", "SHARED_MEMORY", "Fit", "NetworkModel", "SharedMemoryModel", "flat_allreduce_time",
+__all__ = ["ALLREDUCE_PATHS", "NETWORKS", "SHARED_MEMORY", "Fit", "Interconnect", "StepProfile", "allreduce_time",
+           "check_interference", "rabenseifner_allreduce_time", "NetworkModel", "SharedMemoryModel",
+           "flat_allreduce_time",
            "hierarchical_allreduce_time", "node_reduction_time", "binomial_bcast_bytes_sent", "binomial_bcast_time",
            "fit_ring_allreduce",
            "message_time", "neighbor_exchange_time", "parse_network", "ring_allgatherv_bytes_sent",
@@ -409,3 +411,135 @@ def fit_ring_allreduce(nbytes, seconds, P: int, weights: str = "relative") -> Fi
     ss_tot = float(((t - t.mean()) ** 2).sum()) or 1.0
     return Fit(NetworkModel(alpha, beta, "fitted"), 1 - ss_res / ss_tot,
                float(np.max(np.abs(pred - t) / t)), len(t))
+
+
+# --- what a projection feeds an algorithm's cost model (the labs' projection builds on it) ---
+@dataclass(frozen=True, init=False)
+class StepProfile:
+    """What one node spends per training step, measured without communication.
+
+    Attributes (seconds per step unless stated):
+        forward, backward: the compute phases.
+        update: the optimizer.
+        other: the rest of the iteration (data slicing, logging).
+        grad_bytes: bytes of the gradient allreduced each step (4 x parameters).
+        extras: what an algorithm's cost model reads beyond these, by name
+            (each registered algorithm declares its own in ``PROFILE_EXTRAS``
+            and computes them with ``profile_extras``; e.g. a predictor's
+            seconds per step, bucket sizes, the layers' shapes). Given as a
+            dict or as further keywords: ``StepProfile(f, b, grad_bytes=n, shapes=...)``.
+
+    Raises:
+        ValueError: a negative time. (An extra that no registered algorithm
+            reads is refused where a cost model is asked for a time:
+            :func:`minips.distributed.algorithms.step_time`.)
+    """
+    forward: float
+    backward: float
+    update: float = 0.0
+    other: float = 0.0
+    grad_bytes: float = 0.0
+    extras: dict = field(default_factory=dict)
+
+    def __init__(self, forward: float, backward: float, update: float = 0.0, other: float = 0.0,
+                 grad_bytes: float = 0.0, extras: dict | None = None, **more):
+        for name, value in (("forward", forward), ("backward", backward), ("update", update), ("other", other),
+                            ("grad_bytes", grad_bytes), ("extras", {**(extras or {}), **more})):
+            object.__setattr__(self, name, value)
+        for name in ("forward", "backward", "update", "other", "grad_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"StepProfile.{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def compute(self) -> float:
+        """Seconds of forward, backward, update and other (not communication,
+        not an algorithm's own extras)."""
+        return self.forward + self.backward + self.update + self.other
+
+    @classmethod
+    def from_summary(cls, summary: dict, grad_bytes: float, include_other: bool = True,
+                     extras: dict | None = None) -> "StepProfile":
+        """From a ``summary.json`` of ``train`` (its ``time_breakdown`` and
+        ``step_time_s``); ``other`` = step time minus the phases, minus wait
+        and post (so a summary from a multi-rank run gives its compute only);
+        ``extras`` as the algorithm's ``profile_extras`` gives them."""
+        b = summary["time_breakdown"]
+        phases = sum(b.values())
+        other = max(0.0, summary["step_time_s"] - phases) if include_other else 0.0
+        return cls(forward=b["forward"], backward=b["backward"], update=b["update"], other=other,
+                   grad_bytes=float(grad_bytes), extras=extras)
+
+
+def rabenseifner_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
+    """Seconds for Rabenseifner's allreduce (recursive-halving reduce-scatter +
+    recursive-doubling allgather) for a power-of-two ``P``:
+    ``2 log2(P) alpha + 2 (P-1)/P n beta`` (Thakur, Rabenseifner & Gropp 2005;
+    non-powers of two pay an extra step, ignored here). 0 for P = 1.
+
+    Raises:
+        ValueError: P < 1 or negative sizes/parameters.
+    """
+    check_allreduce_args(nbytes, P, alpha, beta)
+    if P == 1:
+        return 0.0
+    return 2 * math.log2(P) * alpha + 2 * (P - 1) / P * nbytes * beta
+
+
+def allreduce_time(nbytes: float, P: int, net, algorithm: str = "ring") -> float:
+    """Allreduce seconds of ``nbytes`` over ``P`` nodes on ``net`` (a
+    :class:`NetworkModel` or a name/``alpha=..,beta=..`` string);
+    ``algorithm`` is ``ring`` or ``rabenseifner``.
+
+    Raises:
+        ValueError: unknown algorithm or network.
+    """
+    net = parse_network(net)
+    if algorithm == "ring":
+        return ring_allreduce_time(nbytes, P, net.alpha, net.beta)
+    if algorithm == "rabenseifner":
+        return rabenseifner_allreduce_time(nbytes, P, net.alpha, net.beta)
+    raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
+
+
+def check_interference(interference: float) -> None:
+    """Refuse an interference phi outside [0, 1] (assumption 4 of the projection).
+
+    Raises:
+        ValueError: phi < 0 or phi > 1.
+    """
+    if not 0 <= interference <= 1:
+        raise ValueError(f"interference must be in [0, 1] (0 = offloaded, 1 = on the compute cores), "
+                         f"got {interference}")
+
+
+ALLREDUCE_PATHS = ("flat", "hierarchical")
+
+
+class Interconnect:
+    """The alpha-beta network an algorithm's cost model sees: ``allreduce_time``
+    by the chosen allreduce algorithm (and, with ``ranks_per_node`` R > 1, the
+    flat or hierarchical path over nodes of R ranks), every other primitive as
+    the :class:`NetworkModel` models it."""
+
+    def __init__(self, net: NetworkModel, algorithm: str, ranks_per_node: int = 1, path: str = "flat",
+                 shm: SharedMemoryModel | None = None):
+        if algorithm not in ("ring", "rabenseifner"):
+            raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
+        if path not in ALLREDUCE_PATHS:
+            raise ValueError(f"unknown allreduce path {path!r}; use flat or hierarchical")
+        if ranks_per_node < 1:
+            raise ValueError(f"ranks per node must be >= 1, got {ranks_per_node}")
+        if ranks_per_node > 1 and algorithm != "ring":
+            raise ValueError("ranks per node > 1 is modelled for the ring allreduce only")
+        self.net, self.algorithm = net, algorithm
+        self.ranks_per_node, self.path, self.shm = int(ranks_per_node), path, shm or SHARED_MEMORY
+
+    def allreduce_time(self, nbytes: float, P: int) -> float:
+        if self.path == "hierarchical":
+            return hierarchical_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
+        if self.ranks_per_node > 1:
+            return flat_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
+        return allreduce_time(nbytes, P, self.net, self.algorithm)
+
+    def __getattr__(self, name):
+        return getattr(self.net, name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..costmodel import Interconnect, SharedMemoryModel, check_interference, parse_network
 from .adaptive_batch import AdaptiveBatchLocalSGD
 from .aperiodic_local_sgd import AperiodicLocalSGD
 from .base import Algorithm, StepContext
@@ -46,7 +47,7 @@ from .stl_sgd import STLSGD
 from .sync import OverlapSyncSGD, SyncSGD
 from .topk_sgd import TopKSGD
 
-__all__ = ["ALGORITHMS", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
+__all__ = ["ALGORITHMS", "step_time", "BASELINE", "DEFAULT", "DEFAULT_ALGOS", "example_spec", "Algorithm", "AlgoSpec",
            "StepContext", "algorithm_class", "build_algorithm",
            "describe_algorithms", "make_algorithm", "parse_spec", "resolve"]
 
@@ -209,3 +210,33 @@ def describe_algorithms() -> list[dict]:
                      "positional": list(cls.POSITIONAL),
                      "paper": cls.paper, "summary": " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())})
     return rows
+
+
+def step_time(spec, profile, P: int, net, interference: float = 0.0, algorithm: str = "ring",
+              ranks_per_node: int = 1, path: str = "flat", shm: SharedMemoryModel | None = None) -> float:
+    """Seconds per step of the algorithm ``spec`` (a spec string such as
+    ``local-sgd:period=8``, or an AlgoSpec) at ``P``
+    nodes: its own cost model (``step_time`` next to its update rule in
+    :mod:`minips.distributed.algorithms`) on ``net`` with the ``algorithm``
+    allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4);
+    with ``ranks_per_node`` R > 1, P ranks on nodes of R and the ``path``
+    (``flat`` or ``hierarchical``) allreduce, the node's memory ``shm``.
+
+    Raises:
+        ValueError: unknown algorithm or option, interference outside [0, 1], P < 1, or an
+            extra in ``profile`` that no registered algorithm reads.
+    """
+    check_interference(interference)
+    if profile.extras:
+        known = {n for cls in ALGORITHMS.values() for n in cls.PROFILE_EXTRAS}
+        unknown = sorted(set(profile.extras) - known)
+        if unknown:
+            raise ValueError(f"StepProfile: no registered algorithm reads {', '.join(map(repr, unknown))}; "
+                             f"the extras they read: {', '.join(sorted(known)) or 'none'}")
+    if P < 1:
+        raise ValueError(f"P must be >= 1, got {P}")
+    try:
+        return resolve(spec).step_time(profile, P, Interconnect(parse_network(net), algorithm, ranks_per_node, path,
+                                                                 shm), interference)
+    except NotImplementedError as e:
+        raise ValueError(f"no step-time model for {spec!r}: {e}") from None

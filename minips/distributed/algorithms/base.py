@@ -33,7 +33,7 @@ What the generic layers (``train``, the summary, ``plot``, the projection,
 or warn), :meth:`report` (its entries in summary.json), :meth:`trace_columns`
 (the per-step columns of ``self.log`` that ``plot`` draws, with their titles)
 and :meth:`profile_extras` (what its cost model reads from a
-:class:`~minips.distributed.projection.StepProfile` beyond the shared fields).
+:class:`~minips.distributed.costmodel.StepProfile` beyond the shared fields).
 """
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ class Algorithm:
     @classmethod
     def step_time(cls, options, profile, P: int, net, phi: float = 0.0) -> float:
         """Seconds per step at P nodes (weak scaling) predicted from a one-node
-        ``profile`` (:class:`~minips.distributed.projection.StepProfile`) and an
+        ``profile`` (:class:`~minips.distributed.costmodel.StepProfile`) and an
         interconnect ``net`` (anything with ``allreduce_time(nbytes, P)``);
         ``phi`` in [0, 1] is the fraction of overlapped communication charged
         to compute. Every registered algorithm gives its own model.

@@ -16,7 +16,7 @@ A predictor turns what arrived (and the history) into the update direction::
 Predictors see only global quantities (averaged gradients, the replicated
 weights), so every rank computes the same ``d_t`` and replicas stay
 bit-identical. They are plain NumPy, so they also run in a one-process
-simulation (:mod:`minips.distributed.staleness_lab`).
+simulation (:mod:`minips.labs.staleness`).
 
 - :class:`LastPredictor` (``last``): ``d_t = G_{t-k}`` (naive pseudo-sync).
 - :class:`EMAPredictor` (``ema``): exponential smoothing of the arrivals.

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import METHODS, make_method
-from .engines import MPICluster, VectorisedCluster
+from ..averaging import METHODS, make_method
+from ..averaging.engines import MPICluster, VectorisedCluster
 from ..distributed.topology import GRAPHS, Topology, make_topology
 
 __all__ = ["simulate", "initial_values", "lab_graph", "rounds_to", "run_table"]
@@ -453,7 +453,7 @@ def cmd_gossip_lab(args) -> int:
 
 
 def _accepts(m: str):
-    from . import method_options
+    from ..averaging import method_options
     return tuple(method_options(m))
 
 
@@ -462,7 +462,7 @@ def _accepts_any(methods):
 
 
 def _print_orders(args) -> None:
-    from .periodic import edge_order, period_lambda2
+    from ..averaging.periodic import edge_order, period_lambda2
     g = lab_graph(args.topology, args.n or 64, radius=args.radius, seed=args.graph_seed)
     vals = [period_lambda2(edge_order(g, s), g.n) for s in range(args.orders)]
     print(f"periodic gossip on {g.name} (n = {g.n}): |lambda_2(Phi)| over {args.orders} random edge orders: "

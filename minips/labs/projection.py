@@ -3,9 +3,11 @@ algorithm to many nodes, from a measured single-node step and an alpha-beta
 model of the interconnect.
 
 Each algorithm carries its own cost model (``step_time`` next to its update
-rule in :mod:`minips.distributed.algorithms`); this module supplies what they
-share: the measured profile (:class:`StepProfile`), the allreduce models, the
-interference parameter, and the efficiency arithmetic.
+rule in :mod:`minips.distributed.algorithms`; :func:`step_time` asks it for one
+P); the measured profile (:class:`StepProfile`) and the allreduce models live
+below the algorithms in :mod:`minips.distributed.costmodel` and are re-exported
+here. This module is a lab: it sits above the algorithms and adds the
+efficiency arithmetic over many P and many algorithms.
 
 Weak scaling: every node keeps the same per-node batch, so its compute per
 step does not change with P; only communication does. The weak-scaling
@@ -50,170 +52,12 @@ the same algorithm.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
-from .costmodel import (SHARED_MEMORY, NetworkModel, SharedMemoryModel, check_allreduce_args, flat_allreduce_time,
-                        hierarchical_allreduce_time, parse_network, ring_allreduce_time)
+from ..distributed.algorithms import resolve, step_time
+from ..distributed.costmodel import (ALLREDUCE_PATHS, Interconnect, SharedMemoryModel, StepProfile, allreduce_time,
+                                     parse_network, rabenseifner_allreduce_time)
 
 __all__ = ["ALLREDUCE_PATHS", "StepProfile", "rabenseifner_allreduce_time", "allreduce_time", "step_time",
            "weak_scaling_efficiency", "project", "project_nodes", "overtakes_at", "interference_from_overlap"]
-
-
-@dataclass(frozen=True, init=False)
-class StepProfile:
-    """What one node spends per training step, measured without communication.
-
-    Attributes (seconds per step unless stated):
-        forward, backward: the compute phases.
-        update: the optimizer.
-        other: the rest of the iteration (data slicing, logging).
-        grad_bytes: bytes of the gradient allreduced each step (4 x parameters).
-        extras: what an algorithm's cost model reads beyond these, by name
-            (each registered algorithm declares its own in ``PROFILE_EXTRAS``
-            and computes them with ``profile_extras``; e.g. a predictor's
-            seconds per step, bucket sizes, the layers' shapes). Given as a
-            dict or as further keywords: ``StepProfile(f, b, grad_bytes=n, shapes=...)``.
-
-    Raises:
-        ValueError: a negative time, or an extra that no registered algorithm reads.
-    """
-    forward: float
-    backward: float
-    update: float = 0.0
-    other: float = 0.0
-    grad_bytes: float = 0.0
-    extras: dict = field(default_factory=dict)
-
-    def __init__(self, forward: float, backward: float, update: float = 0.0, other: float = 0.0,
-                 grad_bytes: float = 0.0, extras: dict | None = None, **more):
-        for name, value in (("forward", forward), ("backward", backward), ("update", update), ("other", other),
-                            ("grad_bytes", grad_bytes), ("extras", {**(extras or {}), **more})):
-            object.__setattr__(self, name, value)
-        for name in ("forward", "backward", "update", "other", "grad_bytes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"StepProfile.{name} must be >= 0, got {getattr(self, name)}")
-        if self.extras:
-            from .algorithms import ALGORITHMS
-            known = {n for cls in ALGORITHMS.values() for n in cls.PROFILE_EXTRAS}
-            unknown = sorted(set(self.extras) - known)
-            if unknown:
-                raise ValueError(f"StepProfile: no registered algorithm reads {', '.join(map(repr, unknown))}; "
-                                 f"the extras they read: {', '.join(sorted(known)) or 'none'}")
-
-    @property
-    def compute(self) -> float:
-        """Seconds of forward, backward, update and other (not communication,
-        not an algorithm's own extras)."""
-        return self.forward + self.backward + self.update + self.other
-
-    @classmethod
-    def from_summary(cls, summary: dict, grad_bytes: float, include_other: bool = True,
-                     extras: dict | None = None) -> "StepProfile":
-        """From a ``summary.json`` of ``train`` (its ``time_breakdown`` and
-        ``step_time_s``); ``other`` = step time minus the phases, minus wait
-        and post (so a summary from a multi-rank run gives its compute only);
-        ``extras`` as the algorithm's ``profile_extras`` gives them."""
-        b = summary["time_breakdown"]
-        phases = sum(b.values())
-        other = max(0.0, summary["step_time_s"] - phases) if include_other else 0.0
-        return cls(forward=b["forward"], backward=b["backward"], update=b["update"], other=other,
-                   grad_bytes=float(grad_bytes), extras=extras)
-
-
-def rabenseifner_allreduce_time(nbytes: float, P: int, alpha: float, beta: float) -> float:
-    """Seconds for Rabenseifner's allreduce (recursive-halving reduce-scatter +
-    recursive-doubling allgather) for a power-of-two ``P``:
-    ``2 log2(P) alpha + 2 (P-1)/P n beta`` (Thakur, Rabenseifner & Gropp 2005;
-    non-powers of two pay an extra step, ignored here). 0 for P = 1.
-
-    Raises:
-        ValueError: P < 1 or negative sizes/parameters.
-    """
-    check_allreduce_args(nbytes, P, alpha, beta)
-    if P == 1:
-        return 0.0
-    return 2 * math.log2(P) * alpha + 2 * (P - 1) / P * nbytes * beta
-
-
-def allreduce_time(nbytes: float, P: int, net, algorithm: str = "ring") -> float:
-    """Allreduce seconds of ``nbytes`` over ``P`` nodes on ``net`` (a
-    :class:`NetworkModel` or a name/``alpha=..,beta=..`` string);
-    ``algorithm`` is ``ring`` or ``rabenseifner``.
-
-    Raises:
-        ValueError: unknown algorithm or network.
-    """
-    net = parse_network(net)
-    if algorithm == "ring":
-        return ring_allreduce_time(nbytes, P, net.alpha, net.beta)
-    if algorithm == "rabenseifner":
-        return rabenseifner_allreduce_time(nbytes, P, net.alpha, net.beta)
-    raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
-
-
-def _check_phi(interference: float) -> None:
-    if not 0 <= interference <= 1:
-        raise ValueError(f"interference must be in [0, 1] (0 = offloaded, 1 = on the compute cores), "
-                         f"got {interference}")
-
-
-ALLREDUCE_PATHS = ("flat", "hierarchical")
-
-
-class _Interconnect:
-    """The alpha-beta network an algorithm's cost model sees: ``allreduce_time``
-    by the chosen allreduce algorithm (and, with ``ranks_per_node`` R > 1, the
-    flat or hierarchical path over nodes of R ranks), every other primitive as
-    the :class:`NetworkModel` models it."""
-
-    def __init__(self, net: NetworkModel, algorithm: str, ranks_per_node: int = 1, path: str = "flat",
-                 shm: SharedMemoryModel | None = None):
-        if algorithm not in ("ring", "rabenseifner"):
-            raise ValueError(f"unknown allreduce algorithm {algorithm!r}; use ring or rabenseifner")
-        if path not in ALLREDUCE_PATHS:
-            raise ValueError(f"unknown allreduce path {path!r}; use flat or hierarchical")
-        if ranks_per_node < 1:
-            raise ValueError(f"ranks per node must be >= 1, got {ranks_per_node}")
-        if ranks_per_node > 1 and algorithm != "ring":
-            raise ValueError("ranks per node > 1 is modelled for the ring allreduce only")
-        self.net, self.algorithm = net, algorithm
-        self.ranks_per_node, self.path, self.shm = int(ranks_per_node), path, shm or SHARED_MEMORY
-
-    def allreduce_time(self, nbytes: float, P: int) -> float:
-        if self.path == "hierarchical":
-            return hierarchical_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
-        if self.ranks_per_node > 1:
-            return flat_allreduce_time(nbytes, P, self.ranks_per_node, self.net, self.shm)
-        return allreduce_time(nbytes, P, self.net, self.algorithm)
-
-    def __getattr__(self, name):
-        return getattr(self.net, name)
-
-
-def step_time(spec, profile: StepProfile, P: int, net, interference: float = 0.0, algorithm: str = "ring",
-              ranks_per_node: int = 1, path: str = "flat", shm: SharedMemoryModel | None = None) -> float:
-    """Seconds per step of the algorithm ``spec`` (a spec string such as
-    ``local-sgd:period=8``, or an AlgoSpec) at ``P``
-    nodes: its own cost model (``step_time`` next to its update rule in
-    :mod:`minips.distributed.algorithms`) on ``net`` with the ``algorithm``
-    allreduce (``ring`` or ``rabenseifner``) and interference phi (assumption 4);
-    with ``ranks_per_node`` R > 1, P ranks on nodes of R and the ``path``
-    (``flat`` or ``hierarchical``) allreduce, the node's memory ``shm``.
-
-    Raises:
-        ValueError: unknown algorithm or option, interference outside [0, 1], P < 1.
-    """
-    from .algorithms import resolve
-
-    _check_phi(interference)
-    if P < 1:
-        raise ValueError(f"P must be >= 1, got {P}")
-    try:
-        return resolve(spec).step_time(profile, P, _Interconnect(parse_network(net), algorithm, ranks_per_node, path,
-                                                                 shm), interference)
-    except NotImplementedError as e:
-        raise ValueError(f"no step-time model for {spec!r}: {e}") from None
 
 
 def weak_scaling_efficiency(t1: float, tP: float) -> float:
@@ -254,7 +98,6 @@ def project(profiles: dict, net, Ps, interference: float = 0.0, algorithm: str =
     Raises:
         ValueError: unknown algorithm, P < 1.
     """
-    from .algorithms import resolve
 
     out = {}
     specs = {}
@@ -300,10 +143,9 @@ def project_nodes(profiles: dict, net, nodes, ranks_per_node: int, path: str, in
     Raises:
         ValueError: unknown algorithm, path or network, N or R < 1.
     """
-    from .algorithms import resolve
 
     net = parse_network(net)
-    link = _Interconnect(net, "ring", ranks_per_node, path, shm)
+    link = Interconnect(net, "ring", ranks_per_node, path, shm)
     out = {}
     for algo, prof in profiles.items():
         spec = resolve(algo)

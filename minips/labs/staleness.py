@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..optim import SGD
-from .algorithms.predictors import Predictor, make_predictor
+from ..distributed.algorithms.predictors import Predictor, make_predictor
 
 __all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd"]
 
