@@ -6,7 +6,6 @@ options that make every method communicate within those steps, one Numba and
 BLAS thread per rank whatever the machine's load."""
 import csv
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -73,17 +72,20 @@ def run_specs(specs, P, out) -> dict:
             "--checkpoint-every", str(STEPS), "--out", str(out), "--algos", ",".join(specs)]
     if P > 1:
         args += ["--virtual-ranks", str(P)]
-    # one Numba/BLAS thread: a one-rank run otherwise takes as many threads as the load leaves free
-    # cores (kernels/threads.py), and the bits of parallel reductions depend on the thread count
-    before = os.environ.get("NUMBA_NUM_THREADS")
-    os.environ["NUMBA_NUM_THREADS"] = "1"
+    # one Numba and one BLAS thread: a one-rank run otherwise takes as many threads as the load leaves
+    # free cores (kernels/threads.py), virtual ranks leave BLAS at whatever the process last set, and
+    # the bits of a parallel reduction (a BLAS dot or gemv, a Numba prange sum) follow the thread count.
+    # (Not through NUMBA_NUM_THREADS: Numba refuses a new value once its pool has started.)
+    from threadpoolctl import threadpool_limits
+
+    from minips.kernels import threads
+    wanted = threads.threads_per_rank
+    threads.threads_per_rank = lambda ranks_on_node=1, cores=None: 1
     try:
-        rc = main(args)
+        with threadpool_limits(1):
+            rc = main(args)
     finally:
-        if before is None:
-            del os.environ["NUMBA_NUM_THREADS"]
-        else:
-            os.environ["NUMBA_NUM_THREADS"] = before
+        threads.threads_per_rank = wanted
     if rc != 0:
         raise RuntimeError(f"compare on {P} rank(s) returned {rc}")
     got = {}
