@@ -588,7 +588,8 @@ def check_ring_allreduce_seconds(ring_allreduce_seconds):
 S06 = "06_overlap_buckets"
 
 
-@register("6.1", S06, "bucket_plan", "that is FlatParams._make_buckets.")
+@register("6.1", S06, "bucket_plan",
+          "that is minips.distributed.flat.bucket_groups, which FlatParams builds its buckets from.")
 def check_bucket_plan(bucket_plan):
     import minips as mp
     from minips.distributed.flat import FlatParams

@@ -120,7 +120,7 @@ class FlatParams:
         self.extra = extra
         self.grads = [np.zeros(pos + extra, np.float32) for _ in range(num_grad_buffers)]
         self.current = 0
-        self.buckets = self._make_buckets(order, bucket_mb)
+        self.buckets = self._make_buckets(bucket_mb)
         self.bucket_of_param = {pid: b.index for b in self.buckets for pid in b.param_ids}
         self.use_grad_buffer(0)
 
@@ -132,7 +132,7 @@ class FlatParams:
         o = self.offsets[i]
         return buf[o:o + self.params[i].size].reshape(self.params[i].shape)
 
-    def _make_buckets(self, order, bucket_mb):
+    def _make_buckets(self, bucket_mb):
         buckets = []
         for ids in bucket_groups([p.size for p in self.params], bucket_mb):
             start = self.offsets[ids[0]]
