@@ -163,9 +163,8 @@ def project(trainer, breakdown: dict) -> dict:
     step x that time on every history row. Returns the summary's
     ``projected_*`` entries (the step time None when the algorithm has no cost
     model)."""
-    from .distributed.costmodel import parse_network
     from .distributed.algorithms import step_time
-    from .distributed.costmodel import StepProfile
+    from .distributed.costmodel import StepProfile, parse_network
 
     cfg, comm, spec = trainer.cfg, trainer.comm, trainer.spec
     net = cfg.network or PROJECTION_NETWORK
