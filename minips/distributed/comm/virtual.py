@@ -67,7 +67,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .core import Comm, JobAborted
+from .core import Comm
+from .request import JobAborted
 
 __all__ = ["MPI", "VirtualComm", "VirtualMPIError", "World", "SignalRelay", "run", "recursive_doubling", "binomial",
            "MAX_RANKS"]
