@@ -1,4 +1,4 @@
-"""Virtual ranks (minips/distributed/comm/virtual.py): P ranks as threads of
+"""Virtual ranks (minips/distributed/comm/virtual/): P ranks as threads of
 one process, with MPI's semantics.
 
 What MPI itself must agree with runs ``mpiexec`` (the reduction order, a

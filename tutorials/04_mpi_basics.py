@@ -28,8 +28,10 @@
 # **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, a few seconds.
 # (Opened as a notebook it runs on one rank, where every collective is trivial; run the
 # command above in a terminal, or `!mpiexec -n 2 python 04_mpi_basics.py` in a cell.)
-# **Files to read alongside**: `minips/distributed/comm/core.py` (`Comm`, `Request`) and
-# `minips/distributed/comm/__init__.py` (`get_comm`).
+# **Files to read alongside**: `minips/distributed/comm/core.py` (`Comm`),
+# `minips/distributed/comm/collectives.py` (`allreduce`, `iallreduce`),
+# `minips/distributed/comm/request.py` (`Request`) and `minips/distributed/comm/__init__.py`
+# (`get_comm`).
 
 # %%
 import time

@@ -239,7 +239,7 @@ if comm.rank == 0:
 #
 # On the emulation: a request's modelled wire time starts when the link is free, so two
 # buckets in flight at once queue one behind the other, as on a real link
-# (`minips/distributed/comm/core.py`, `_link_free`).
+# (`minips/distributed/comm/meter.py`, `_link_until`).
 #
 # ### The Trainer's view: overlap efficiency
 #

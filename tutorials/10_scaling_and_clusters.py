@@ -27,7 +27,7 @@
 #
 # **Runs in**: one process (it launches `mpiexec -n 2` itself), about 30 s on idle cores.
 # **Files to read alongside**: `minips/distributed/costmodel.py`, `minips/bench/comm.py`,
-# `examples/slurm_pseudo_sync.sh`, `minips/distributed/comm/virtual.py`, `docs/distributed.md`
+# `examples/slurm_pseudo_sync.sh`, `minips/distributed/comm/virtual/`, `docs/distributed.md`
 # ("Running on a Slurm cluster", "Virtual ranks").
 
 # %%

@@ -1,8 +1,16 @@
 """The communication layer: :class:`Comm`'s interface and its two back-ends.
 
-- :mod:`.core`: :class:`Comm`, :class:`Request`, :class:`NeighborGraph`, the
-  checks, the byte accounting, the buffer locking, the network emulation and
-  the progress modes: everything a back-end does not decide;
+- :mod:`.core`: :class:`Comm` (its state, node layout, request life cycle and
+  abort), assembled from a mixin per family of primitives:
+  :mod:`.collectives` (allreduce, allgatherv, broadcast, scalar and object
+  reductions), :mod:`.neighbor` (:class:`NeighborGraph` and its exchanges),
+  :mod:`.point_to_point` (sendrecv, iexchange) and :mod:`.meter` (network
+  emulation and byte accounting);
+- :mod:`.request`: :class:`Request`, the progress thread, :class:`JobAborted`;
+- :mod:`.buffers`: the byte view MPI gets, and the read-only locks on buffers
+  in flight;
+- :mod:`.hierarchical`: the hierarchical allreduce (shared memory inside a
+  node, one message per node across);
 - :mod:`.mpi`: ranks are processes started by ``mpiexec`` (the only module
   of minips that imports mpi4py);
 - :mod:`.virtual`: ranks are threads of one process (``--virtual-ranks P``),
@@ -19,7 +27,9 @@ import threading
 import time
 import traceback
 
-from .core import ALLREDUCE_MODES, PROGRESS_MODES, Comm, JobAborted, NeighborGraph, Request
+from .core import ALLREDUCE_MODES, PROGRESS_MODES, Comm
+from .neighbor import NeighborGraph
+from .request import JobAborted, Request
 from .mpi import launched_by_mpi, launcher_world
 
 __all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm",
