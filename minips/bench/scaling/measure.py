@@ -98,6 +98,7 @@ def _flag_args(flags: dict) -> list[str]:
 
 
 def load_avg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded to 0.01; None where the OS has none."""
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:

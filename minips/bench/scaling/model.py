@@ -225,6 +225,7 @@ def project_also(spec: str | None, rows: list[dict]) -> list[str]:
 
 
 def family_of(spec: str) -> str:
+    """The family of the algorithm a spec names; ``"other"`` for a free-form label of an old JSON."""
     from ...distributed.algorithms import ALGORITHMS, resolve
     try:
         return ALGORITHMS[resolve(spec).name].family

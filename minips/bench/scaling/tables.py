@@ -8,6 +8,8 @@ __all__ = ["print_measured", "print_check", "print_projection", "print_node_proj
 
 
 def print_measured(rows, say):
+    """The measured rows (:func:`~.measure.measure`): step time, images/s, E(P) and the breakdown, with
+    a note under the table for each "-" and a warning for E(P) above 1.05."""
     say(f"\n{'algorithm':<24}{'P':>3} {'step ms':>9} {'images/s':>9} {'E(P)':>6} {'fwd+bwd':>8} {'wait':>7} "
         f"{'own':>8} {'update':>7} {'other':>7} {'allreduce alone':>16} {'overlap eff':>12}")
     for r in rows:
@@ -37,6 +39,7 @@ def print_measured(rows, say):
 
 
 def print_check(check, say):
+    """Predicted against measured step times (:func:`~.model.model_check`); nothing when empty."""
     if not check:
         return
     say("\npredicted vs measured step time (model: P = 1 compute + allreduce; phi = "
@@ -58,6 +61,8 @@ def print_check(check, say):
 
 
 def print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
+    """Projected E(P) at the node counts ``show``, per network and algorithm
+    (:func:`~.model.projection`), each against the baseline on one node."""
     for p in proj.values():
         base = p.get("baseline")
         w = max([22, *(len(a) + (len(f" vs {base}(1)") if base else 0) + 2 for a in p["algos"])])
@@ -88,6 +93,8 @@ def print_projection(proj, say, show=(2, 8, 32, 64, 128, 256, 1024)):
 
 
 def print_node_projection(proj, say, show=(8, 64, 128)):
+    """``--project``: E over nodes of R ranks, flat and hierarchical allreduce, at the node counts ``show``
+    (:func:`~.model.node_projection`)."""
     points = reported_points()
     paper = "; ".join(f"{name}: " + ", ".join(f"E({k}) = {100 * v:.1f}%" for k, v in pts.items())
                       for name, pts in points.items())

@@ -50,7 +50,7 @@ class StudyError(ValueError):
 
 @dataclass
 class Grid:
-    """A parsed grid file (see the module docstring)."""
+    """A parsed grid file (its keys: :mod:`minips.bench.study`)."""
     ranks: list
     seeds: list
     algos: list
