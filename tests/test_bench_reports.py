@@ -22,7 +22,7 @@ def test_scaling_writes_a_report_and_explains_dashes(tmp_path, capsys):
 
 
 def test_kernels_warns_on_a_busy_machine(capsys):
-    from minips.bench.kernels import _warn_if_busy
+    from minips.bench.kernels.cli import _warn_if_busy
     _warn_if_busy(5.0, 2, 1)
     assert "warning: this machine is busy (load average 5.0 on 2 cores)" in capsys.readouterr().out
     _warn_if_busy(0.3, 2, 1)

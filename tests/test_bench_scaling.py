@@ -78,17 +78,17 @@ def test_bench_scaling_smoke(tmp_path):
 
 
 def test_superlinear_weak_scaling_is_flagged_as_noise():
-    from minips.bench.scaling import _print_measured
+    from minips.bench.scaling.tables import print_measured
 
     zero = {"forward": 0.01, "backward": 0.01, "post": 0.0, "wait": 0.0, "predict": 0.0, "update": 0.0}
     rows = [{"label": "sync", "P": P, "step_time_s": t, "images_per_s": 32 * P / t, "efficiency": e,
              "time_breakdown": zero} for P, t, e in ((1, 0.040, 1.0), (2, 0.020, 2.0))]
     out = []
-    _print_measured(rows, out.append)
+    print_measured(rows, out.append)
     assert any("warning: E(P) > 1.05 for sync at P = 2" in line for line in out)
     rows[1].update(step_time_s=0.041, efficiency=0.98)
     out.clear()
-    _print_measured(rows, out.append)
+    print_measured(rows, out.append)
     assert not any("warning" in line for line in out)
 
 
@@ -130,11 +130,12 @@ def test_a_projected_spec_that_names_a_measured_algorithm_keeps_its_measured_pre
     from pathlib import Path
 
     from minips.bench.scaling import projection
+    from minips.bench.scaling.model import grad_layout
 
     src = Path(__file__).resolve().parents[1] / "docs" / "bench" / "scaling-real-t3.json"
     res = json.loads(src.read_text())
     also = ["pseudo-sync:predictor=adaptive:staleness=1", "pseudo-sync:predictor=last:staleness=1"]
-    grad_bytes, shapes = scaling._grad_layout(res["config"]["model"], res["config"]["data"])
+    grad_bytes, shapes = grad_layout(res["config"]["model"], res["config"]["data"])
     assert grad_bytes == res["grad_bytes"]
     out = projection(res["measured"], grad_bytes, shapes, ["1gbe"], [1, 64], 0.0, also)
     algos = out["1gbe"]["algos"]

@@ -301,16 +301,17 @@ def test_a_study_report_says_when_ranks_shared_cores(tmp_path, monkeypatch):
     """The runs' own record of sharing cores reaches the study's tables, also
     when the machine writing the report has cores enough."""
     from minips.bench import study
+    from minips.bench.study.aggregate import oversubscribed
 
     from .test_bench_study import write
-    monkeypatch.setattr(study, "cores_on_node", lambda: 64)
+    monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: 64)
     grid = study.load_grid(write(tmp_path))
     shared = {"ranks_on_node": 2, "cores": 1}
     recs = [{"P": 2, "lr": "base", "label": "sync", "seed": s, "status": "ok", "metric": 0.8,
              "oversubscribed": shared if s == 0 else None, "threads_per_rank": 1} for s in (0, 1)]
     md = study.markdown_report(grid, recs)
     assert ("**Ranks shared cores** in 1 of 2 finished runs (P = 2; e.g. 2 ranks on 1 core(s) of a node)" in md)
-    assert study._oversubscribed(recs) == [2]
+    assert oversubscribed(recs) == [2]
     assert "Ranks shared cores" not in study.markdown_report(grid, [{**r, "oversubscribed": None} for r in recs])
 
 

@@ -54,7 +54,7 @@ PKG = Path(__file__).resolve().parents[1] / "minips"
 GENERIC_FILES = sorted({*(PKG / f for f in ("config.py", "cli.py", "train.py", "report.py", "plots.py", "rundir.py",
                                             "checkpoint.py", "compare.py", "labs/projection.py",
                                             "distributed/costmodel.py")),
-                        *(PKG / "bench").glob("*.py")})
+                        *(PKG / "bench").rglob("*.py")})
 
 #: option names that are also the generic layers' own words, with their meaning there
 GENERIC_WORDS = {

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from minips.bench import kernels as bk
+from minips.bench.kernels import breakdown
 from minips.cli import main
 
 
@@ -114,7 +115,7 @@ def test_breakdown_times_every_stage_and_counts_bytes_by_hand(tmp_path, capsys):
     # N2, 32->64, 14x14, 3x3, padding 1: x 2*14*14*32 = 12544 values, y 2*14*14*64 = 25088,
     # cols 392 rows x 288 = 112896, weights 64*288 = 18432, pooled z 2*7*7*64 = 6272
     g = conv.geometry((2, 32, 14, 14), (64, 32, 3, 3), 1, 1)
-    assert bk._stage_work(g, "patch build", True, 4) == ((12544 + 112896) * 4, 0)
-    assert bk._stage_work(g, "GEMM fwd", True, 4) == ((112896 + 18432 + 25088) * 4, 2 * 25088 * 288)
-    assert bk._stage_work(g, "epilogue fwd", True, 4) == ((25088 + 6272) * 4 + 6272 * 4, 0)
-    assert bk._stage_work(g, "col2im", True, 4) == ((112896 + 12544) * 4, 0)
+    assert breakdown._stage_work(g, "patch build", True, 4) == ((12544 + 112896) * 4, 0)
+    assert breakdown._stage_work(g, "GEMM fwd", True, 4) == ((112896 + 18432 + 25088) * 4, 2 * 25088 * 288)
+    assert breakdown._stage_work(g, "epilogue fwd", True, 4) == ((25088 + 6272) * 4 + 6272 * 4, 0)
+    assert breakdown._stage_work(g, "col2im", True, 4) == ((112896 + 12544) * 4, 0)

@@ -2,7 +2,7 @@
 name with the vendor's family and model numbers and the vector instruction set
 (a virtual machine's "AMD EPYC" was a Zen 3 in one session and a Zen 4 in
 another), and a study's report says which CPUs and loads its times come from."""
-from minips.bench.study import _machines
+from minips.bench.study.report import _machines
 from minips.kernels import cpuinfo
 
 ZEN4 = {"model name": "AMD EPYC", "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17",

@@ -10,6 +10,7 @@ import pytest
 
 from minips import stats
 from minips.bench import study
+from minips.bench.study import cli as study_cli
 
 
 @pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
@@ -118,12 +119,12 @@ def test_add_records_counts_earlier_seeds_and_prefers_folders(tmp_path):
     old.write_text(json.dumps({"runs": recs}))
     spec = study.RunSpec(2, "fixed", "A", 7, {}, {})
     here = [{**recs[5], "metric": 0.5}]  # A seed 0 from a folder here wins over the old record
-    out = study._add_records(here, str(old), [spec])
+    out = study_cli._add_records(here, str(old), [spec])
     assert sorted(r["seed"] for r in out) == [0, 1, 2, 3, 4]  # only cell (2, fixed, A), any seed
     assert next(r for r in out if r["seed"] == 0)["metric"] == 0.5
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(study.StudyError, match="not a study's JSON"):
-        study._add_records([], str(tmp_path / "bad.json"), [spec])
+        study_cli._add_records([], str(tmp_path / "bad.json"), [spec])
 
 
 def test_compare_seeds_report_and_refusals(tmp_path, capsys):

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 
 from minips import plots  # noqa: E402
 from minips.bench import study  # noqa: E402
+from minips.bench.study import grid as study_grid  # noqa: E402
 from minips.report import evaluation_curve, time_to_target  # noqa: E402
 
 MiB = 2**20
@@ -78,12 +79,12 @@ def study_dir(tmp_path):
     out = tmp_path / "study"
     for label in RUNS:
         for seed in (0, 1):
-            _write_run(out / "runs" / "P4" / "fixed" / study._safe(label) / f"seed{seed}", label, seed)
+            _write_run(out / "runs" / "P4" / "fixed" / study_grid._safe(label) / f"seed{seed}", label, seed)
     return tmp_path / "fam.toml", out
 
 
 def _report(grid, out, monkeypatch, cores):
-    monkeypatch.setattr(study, "cores_on_node", lambda: cores)
+    monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: cores)
     args = Namespace(grid=str(grid), out=str(out), ranks=None, seeds=None, lr=None, algos=None, title=None,
                      dry_run=False, report_only=True, virtual_ranks=None)
     assert study.run(args) == 0
@@ -221,7 +222,7 @@ def test_scatter_labels_thirty_crowded_methods_legibly(tmp_path, figures):
 
 def test_compare_figures_include_bytes_and_the_labelled_scatter(tmp_path, figures):
     for label in RUNS:
-        _write_run(tmp_path / "cmp" / study._safe(label), label, 0)
+        _write_run(tmp_path / "cmp" / study_grid._safe(label), label, 0)
     files = {f.name for f in plots.plot_runs([tmp_path / "cmp"], tmp_path / "figs")}
     assert {"accuracy.png", "accuracy-bytes.png", "accuracy-traffic.png"} <= files
     for name in ("accuracy.png", "accuracy-bytes.png", "accuracy-traffic.png"):
@@ -234,7 +235,7 @@ def test_compare_figures_include_bytes_and_the_labelled_scatter(tmp_path, figure
 def test_rank0_accuracy_column_when_the_runs_evaluated_rank0(study_dir, monkeypatch):
     grid, out = study_dir
     for seed, acc in ((0, 0.82), (1, 0.78)):  # local SGD with eval-rank0: rank 0's own model
-        p = out / "runs" / "P4" / "fixed" / study._safe("local-sgd:period=4") / f"seed{seed}" / "summary.json"
+        p = out / "runs" / "P4" / "fixed" / study_grid._safe("local-sgd:period=4") / f"seed{seed}" / "summary.json"
         s = json.loads(p.read_text())
         s["rank0_test_accuracy"] = acc
         p.write_text(json.dumps(s))
@@ -248,7 +249,7 @@ def test_rank0_accuracy_column_when_the_runs_evaluated_rank0(study_dir, monkeypa
 
 
 def test_rows_are_grouped_by_family_in_the_order_the_grid_names_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(study, "cores_on_node", lambda: 64)
+    monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: 64)
     (tmp_path / "g.toml").write_text(GRID.replace('algos = ["sync", "local-sgd:period=4", "topk-sgd:ratio=0.01"]',
                                                   'algos = ["sync", "topk-sgd:ratio=0.01", "overlap-sync"]'))
     g = study.load_grid(tmp_path / "g.toml")

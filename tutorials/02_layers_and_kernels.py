@@ -185,7 +185,7 @@ print("threads per rank here, for 1 and 2 ranks on this node:", threads_per_rank
 # We time the two convolutions of the ConvNet (step 3) at batch 64, forward alone and
 # forward + backward, plus its max pooling and ReLU: the Numba kernels (`minips.kernels.*`)
 # against the NumPy twins (`kernels/reference.py`). `time_call` (from
-# `minips/bench/kernels.py`) reports the best of several runs: on a shared machine, other
+# `minips/bench/kernels/timing.py`) reports the best of several runs: on a shared machine, other
 # programs only ever *add* time. The full table, with GFLOP/s and the fraction of this CPU's
 # peak, is `python -m minips bench kernels`.
 

@@ -1,6 +1,6 @@
 """The rows of ``python -m minips bench kernels``: a :class:`Case` is one kernel
 on one shape; a provider ``provider(ctx: BenchContext) -> iterable of Case``
-makes them, and :data:`minips.bench.kernels.KERNEL_CASES` lists the providers.
+makes them, and :data:`minips.bench.kernels.providers.KERNEL_CASES` lists the providers.
 Here, below both the kernels benchmark and the modules that provide cases
 (``minips/bench/lstm.py``), so that neither imports the other back.
 """

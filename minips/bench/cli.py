@@ -1,7 +1,7 @@
 """``python -m minips bench {kernels,lstm,comm,scaling,study,train,virtual}``: each benchmark prints a
 table and can write JSON.
 
-:data:`BENCHES` is the one table of benchmarks: a new benchmark is a module with
+:data:`BENCHES` is the one table of benchmarks: a new benchmark is a module (or a package) with
 ``add_arguments(parser)`` (which must ``set_defaults(func=run)``) and one row here.
 """
 from __future__ import annotations

@@ -215,7 +215,7 @@ def format_table(rows) -> str:
 
 # --- rows of ``python -m minips bench kernels`` ----------------------------------------------------
 def lstm_cases(ctx):
-    """The LSTM's rows of the kernels benchmark (a provider in :data:`minips.bench.kernels.KERNEL_CASES`)."""
+    """The LSTM's rows of the kernels benchmark (a provider in :data:`minips.bench.kernels.providers.KERNEL_CASES`)."""
     from ..kernels import lstm as klstm
     from ..kernels import reference as ref
     for T, N, F, H in dict.fromkeys(CASES.values()):

@@ -233,7 +233,8 @@ def run(args) -> int:
               f"{pt['threading_layer']} threading layer, load {pt['load_before']} -> {pt['load_after']}",
               flush=True)
     print(format_table(points))
-    from .kernels import set_threads, sgemm_rates
+    from .kernels.machine import sgemm_rates
+    from .kernels.timing import set_threads
     torch_mod = None
     if use_torch:
         import torch as torch_mod

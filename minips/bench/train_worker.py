@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     from ..distributed.comm import get_comm
-    from .kernels import set_threads
+    from .kernels.timing import set_threads
     comm = get_comm()
     torch = None
     if a.torch:

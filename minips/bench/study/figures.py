@@ -1,0 +1,118 @@
+"""The figures of a study: the metric against P per algorithm (:func:`plot_study`) and the
+families' curves against time and traffic (:func:`plot_families`, drawn by :mod:`minips.plots`)."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ...kernels import threads
+from .aggregate import aggregate, family_cells, oversubscribed
+from .grid import Grid, tested_metric
+
+__all__ = ["plot_study", "plot_families"]
+
+
+def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
+    """The evaluation curves of the seeds of one cell, averaged point by point
+    (the first k evaluations, k the fewest any seed has); ``mib_sent`` None
+    when a seed did not count its traffic."""
+    curves = [r.get("curve") or [] for r in runs]
+    k = min((len(c) for c in curves), default=0)
+    out = []
+    for i in range(k):
+        pts = [c[i] for c in curves]
+        mib = [p.get("mib_sent") for p in pts]
+        proj = [p.get("projected_time_s") for p in pts]
+        after = [p.get("wall_after_warmup_s") for p in pts]
+        out.append({"wall_time_s": statistics.fmean(p["wall_time_s"] for p in pts),
+                    "wall_after_warmup_s": None if None in after else statistics.fmean(after),
+                    "mib_sent": None if None in mib else statistics.fmean(mib),
+                    "projected_time_s": None if None in proj else statistics.fmean(proj),
+                    metric: statistics.fmean(p[metric] for p in pts)})
+    return out
+
+
+def plot_families(grid: Grid, records: list[dict], out_dir: Path, stem: str = "study",
+                  cells: list[dict] | None = None) -> list[Path]:
+    """Per learning-rate setting, with one panel per P and one line or point
+    per algorithm entry (means over seeds): ``{stem}-{lr}-time.png`` (the test
+    metric against wall seconds), ``{stem}-{lr}-bytes.png`` (against the
+    cumulative MiB each rank sent) and ``{stem}-{lr}-traffic.png`` (the final
+    test metric against MiB per step, log scale, each point labelled, bars
+    the 95 % t interval over seeds). The same drawing code as ``compare``'s figures
+    (:mod:`minips.plots`)."""
+    from ...plots import plot_accuracy_vs_traffic, plot_method_curves
+
+    cells = family_cells(grid, records) if cells is None else cells
+    tm = tested_metric(grid)
+    over = oversubscribed(records)
+    paths = []
+    for lr_name in grid.lr:
+        cs = {(c["label"], c["P"]): c for c in cells if c["lr"] == lr_name}
+        if not cs:
+            continue
+        panels, timed = [], []
+        for P in sorted({c["P"] for c in cs.values()}):
+            methods = []
+            for a in grid.algos:
+                c = cs.get((a, P))
+                rs = [r for r in records if (r["lr"], r["label"], r["P"]) == (lr_name, a, P)
+                      and r.get("status") == "ok"]
+                if c is None or not rs:
+                    continue
+                b = c["bytes_sent_per_step"]
+                methods.append({"name": a, "algo": rs[0].get("algo") or "", "curve": _mean_curve(rs, tm),
+                                "final": c["mean"], "final_ci": c["ci"] if c["n_ok"] > 1 else None,
+                                "mib_per_step": None if b is None else b / 2**20})
+            panels.append((f"P={P}, lr setting {lr_name}, mean over seeds", methods))
+            timed.append((f"P={P}, lr setting {lr_name}, mean over seeds"
+                           + (f"\noversubscribed ({P} ranks on {threads.cores_on_node()} cores): times not comparable"
+                              if P in over else ""), methods))
+        files = [out_dir / f"{stem}-{lr_name}-{suffix}.png" for suffix in ("time", "bytes", "traffic")]
+        x_time = "projected_time_s" if any(r.get("virtual") for r in records) else "wall_time_s"
+        drawn = [plot_method_curves(timed, files[0], x_time, tm),
+                 plot_method_curves(panels, files[1], "mib_sent", tm), plot_accuracy_vs_traffic(panels, files[2], tm)]
+        paths += [f for f, ok in zip(files, drawn) if ok]
+    return paths
+
+
+def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", stem: str = "study") -> list[Path]:
+    """One PNG per learning-rate setting: the metric against P per algorithm
+    (mean over seeds, bars = the 95 % t interval of the mean; none for one seed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(records, grid.chance)
+    paths = []
+    ranks = sorted({r["P"] for r in records})
+    for lr_name in grid.lr:
+        if not any(r["lr"] == lr_name for r in records):
+            continue
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        labels = [a for a in grid.algos if any(r["label"] == a for r in records)]
+        width = 0.8 / max(1, len(labels))
+        colors = plt.get_cmap("tab20").colors  # tab10 repeats after ten algorithms
+        markers = "osD^v<>p*hX"
+        for i, lab in enumerate(labels):
+            xs, ys, lo, hi = [], [], [], []
+            for j, P in enumerate(ranks):
+                a = agg.get((lr_name, lab, P))
+                if a and a["mean"] is not None:
+                    x = j + (i - (len(labels) - 1) / 2) * width
+                    h = a["ci"] or 0.0  # the 95 % CI's half-width; no bar for one seed
+                    xs.append(x), ys.append(a["mean"]), lo.append(h), hi.append(h)
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=markers[i % len(markers)], ms=4, capsize=2, label=lab,
+                            color=colors[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20])
+        ax.set_xticks(range(len(ranks)), [f"P={P}" for P in ranks])
+        ax.set_ylabel(grid.metric.replace("_", " "))
+        ax.grid(alpha=0.3, axis="y")
+        ax.set_title(f"{title} ({lr_name}): mean over seeds, bars: 95 % t interval of the mean")
+        ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        p = out_dir / f"{stem}-{lr_name}.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths

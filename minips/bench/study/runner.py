@@ -1,0 +1,118 @@
+"""Running one point of a study's grid: its ``python -m minips train`` command line
+(under ``mpiexec -n P``, or on virtual ranks), the run itself, and the record read back
+from its ``summary.json``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..launch import launch_env
+from .grid import Grid, RunSpec
+
+__all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record"]
+
+
+def _flag_args(flags: dict) -> list[str]:
+    args = []
+    for k, v in flags.items():
+        name = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            args.append(name if v else "--no-" + name[2:])
+        else:
+            args += [name, str(v)]
+    return args
+
+
+def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
+    """The ``mpiexec -n P python -m minips train ...`` command of one run, or
+    ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
+    option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
+    finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
+    launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
+    args = [*launch, "-m", "minips", "train", *_flag_args(spec.flags),
+            "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
+    if spec.variant_options:
+        args += ["--config", str(out / VARIANT_TOML)]
+    return args
+
+
+#: the config file of a run with a variant (its options as a TOML table)
+VARIANT_TOML = "variant.toml"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  # noqa: C901
+    """Run one grid point (unless its summary exists); returns its record."""
+    out = spec.out(root)
+    rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed, "virtual": spec.virtual}
+    if (out / "summary.json").exists():
+        return {**rec, **run_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
+    out.mkdir(parents=True, exist_ok=True)
+    if spec.variant_options:  # a TOML table named as the algorithm's options table
+        from ...distributed.algorithms import resolve
+        table = resolve(spec.flags["algo"]).cls.Options.EXTRA
+        (out / VARIANT_TOML).write_text(
+            f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
+    cmd = train_command(spec, out, mpiexec)
+    env = launch_env()
+    env.update(grid.env)
+    (out / "command.txt").write_text(" ".join(cmd) + "\n")
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=grid.timeout_s)
+        rc, stderr = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+    wall = time.perf_counter() - t0
+    if rc == 0 and (out / "summary.json").exists():
+        return {**rec, **run_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
+    status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
+    result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
+              "message": stderr.strip().splitlines()[-3:] if stderr.strip() else []}
+    if status == "diverged":  # keep the record so a rerun skips it
+        (out / "summary.json").write_text(json.dumps({"status": "diverged", "stderr_tail": result["message"]}) + "\n")
+    log(f"  {status}: {' '.join(result['message'])[-300:]}")
+    return {**rec, **result}
+
+
+def run_record(out: Path, metric: str, report_metric: str | None = None, target: float | None = None) -> dict:
+    """The record of a finished run: its metric (and ``reported`` twin), timing,
+    traffic (``bytes_sent_per_step``: bytes per rank per step), ``family``,
+    ``time_to_target`` (seconds to the first evaluation of the test metric at or
+    above ``target``; None when never), ``consensus_distance`` (only for runs
+    whose ranks differ), ``rank0_*`` (with ``eval-rank0``) and ``curve`` (the
+    test metric, wall seconds and cumulative MiB sent per rank at each
+    evaluation: :func:`minips.report.evaluation_curve`)."""
+    from ...report import evaluation_curve, time_to_target
+    from ...rundir import load_run
+
+    s = json.loads((out / "summary.json").read_text())
+    if s.get("status") == "diverged":
+        return {"status": "diverged", "metric": None, "reported": None, "wall_s": None}
+    extra = {"reported": s.get(report_metric)} if report_metric else {}
+    for k in ("val_accuracy", "val_loss", "val_bleu", "consensus_distance"):
+        if k in s:
+            extra[k] = s[k]
+    extra.update({k: v for k, v in s.items() if k.startswith("rank0_")})
+    tm = report_metric or metric  # the test metric (a val_* metric's report_metric is its test twin)
+    return {"status": "ok", "metric": s.get(metric), **extra, "wall_s": s.get("wall_time_s"),
+            "step_time_s": s.get("step_time_s"), "test_loss": s.get("test_loss"),
+            "final_lr": s.get("lr"), "world_size": s.get("world_size"), "algo": s.get("algo"),
+            "family": s.get("family"), "replicated": s.get("replicated"),
+            "threads_per_rank": s.get("threads_per_rank"), "bytes_sent_per_step": s.get("bytes_sent_per_step"),
+            "cpu": s.get("cpu"), "load_average_end": s.get("load_average_end"),
+            "oversubscribed": s.get("oversubscribed"),
+            "time_to_target": time_to_target(s, target, tm), "virtual": bool(s.get("virtual")),
+            "projected_step_time_s": s.get("projected_step_time_s"), "projected_network": s.get("projected_network"),
+            "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
+
