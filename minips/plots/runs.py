@@ -280,12 +280,12 @@ def plot_consensus(runs, path) -> bool:
     if not any(rows or end[1] > 0 for _, rows, end in shown):  # nothing but zeros: nothing a log axis can show
         return False
     plt = pyplot()
-    style = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker
+    looks = {r["name"]: _style(runs, r) for r in runs}  # the algorithm's colour, the run's marker
     legend_rows = -(-len(shown) // 3)
     fig, ax = plt.subplots(figsize=(8.5, 4.4 + 0.2 * legend_rows))
     zero_at_end = []
     for r, rows, end in shown:
-        st = style[r["name"]]
+        st = looks[r["name"]]
         pts = rows + ([end] if end is not None and end[1] > 0 else [])
         if pts:
             ax.plot([s for s, _ in pts], [c for _, c in pts], ms=3, label=r["name"], **st)
