@@ -3,7 +3,7 @@ point, no error bar and no leader line: :func:`label_points`, used by the
 accuracy-against-traffic figure (:mod:`minips.plots.methods`).
 
 Why not a library (adjustText 1.4, tried for this): on the two panels of 30
-methods each of the families study (docs/bench/families), adjustText left 6
+methods each of the families study (docs/bench/families), adjustText left 6-7
 names over other names with its defaults and 4 with its forces, spacing and
 iterations raised (25 s), where this search leaves none; on the tests'
 crowded case (tests/test_study_families.py) :func:`minips.plots.layout_problems`
