@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from . import end_startup_sigint_deferral
-from .labs import averaging as gossip_lab
+from .labs import averaging_cli as gossip_lab
 from .bench import cli as bench_cli
 
 __all__ = ["main", "build_parser", "add_train_arguments", "config_from_args", "SUBCOMMANDS"]

@@ -7,6 +7,11 @@ NumPy twins live in ``kernels/reference.py``.
 
 Shapes follow NumPy broadcasting; backward of a broadcast operand sums the
 gradient over the broadcast axes (:func:`unbroadcast`).
+
+Long because one job: the 23 elementwise, reduction, shape and loss ops are
+each a short forward/backward pair a student checks on paper against the one
+:func:`unbroadcast` they share; split by kind, the same chain rule would be
+read across several files.
 """
 from __future__ import annotations
 

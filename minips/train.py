@@ -12,6 +12,13 @@ of micro-batches, runs forward and backward, and calls ``algo.step()``. When
 the algorithm lets ranks hold different weights (``algo.replicated`` is
 False) the Trainer logs the consensus distance, evaluates the model averaged
 over ranks, and checkpoints every rank's state.
+
+Long because one job: the Trainer is the loop a student follows from
+``build`` through each step and epoch end to the last evaluation; its
+methods all read and change the same run state (model, algorithm, sampler,
+timer, history), and what is not the loop (options, output files,
+checkpoints, the stop protocol, the summary) already lives in the modules
+named above.
 """
 from __future__ import annotations
 

@@ -19,15 +19,15 @@ def rng():
 
 @pytest.fixture
 def figures(monkeypatch):
-    """Capture each figure minips.plots saves (still written, not closed) by
+    """Capture each figure minips.plots saves (minips.plots.style.save) (still written, not closed) by
     file name, so a test can read its axes, titles and legends."""
-    from minips import plots
+    from minips.plots import style
     got = {}
 
     def keep(fig, path):
         fig.savefig(path, dpi=120, bbox_inches="tight")
         got[str(path).rsplit("/", 1)[-1]] = fig
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(style, "save", keep)
     yield got
     import matplotlib.pyplot as plt
     plt.close("all")

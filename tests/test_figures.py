@@ -158,7 +158,7 @@ def test_layout_problems_sees_what_a_reader_sees():
 def test_topology_figure(tmp_path, monkeypatch):
     from minips.distributed.topology import make_topology
     got = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: got.append(fig))
+    monkeypatch.setattr(plots.style, "save", lambda fig, path: got.append(fig))
     plots.plot_topology(make_topology("ring", 8), tmp_path / "t.png")
     assert got[0].axes[0].get_title() and plots.layout_problems(got[0]) == []
 

@@ -4,7 +4,7 @@ The files checked (:data:`GENERIC_FILES`) are the ones that drive every
 algorithm through its interface or handle what every run writes: the run's
 options (config.py) and their command line (cli.py, which also holds other
 subcommands), the training loop (train.py), what a run reports and draws
-(report.py, plots.py, rundir.py), checkpoints (checkpoint.py), runs of several
+(report.py, plots/, rundir.py), checkpoints (checkpoint.py), runs of several
 algorithms (compare.py), the cost-model projection (labs/projection.py)
 and every benchmark (bench/*.py). Left out: the algorithms package itself
 (where names belong), the plug-in kinds with tables of their own
@@ -51,10 +51,10 @@ from minips.distributed.algorithms.predictors import PREDICTORS
 
 PKG = Path(__file__).resolve().parents[1] / "minips"
 
-GENERIC_FILES = sorted({*(PKG / f for f in ("config.py", "cli.py", "train.py", "report.py", "plots.py", "rundir.py",
+GENERIC_FILES = sorted({*(PKG / f for f in ("config.py", "cli.py", "train.py", "report.py", "rundir.py",
                                             "checkpoint.py", "compare.py", "labs/projection.py",
                                             "distributed/costmodel.py")),
-                        *(PKG / "bench").rglob("*.py")})
+                        *(PKG / "bench").rglob("*.py"), *(PKG / "plots").glob("*.py")})
 
 #: option names that are also the generic layers' own words, with their meaning there
 GENERIC_WORDS = {

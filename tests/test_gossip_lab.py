@@ -369,7 +369,8 @@ def test_error_plot_y_range_follows_the_measured_curves():
     """The y-axis spans the measured errors, not a fixed 1e-16..10: a large ring whose errors stay
     above 0.1 fills the plot; a run that reaches 1e-15 is shown down there; the 1e-6 line is drawn
     only when some curve comes within a factor 100 of it."""
-    from minips.labs.averaging import TOL, error_ylim
+    from minips.labs.averaging import TOL
+    from minips.labs.averaging_figures import error_ylim
     slow = [{"relative_error": list(np.linspace(1.0, 0.14, 500))}, {"relative_error": [1.0, 0.9, 0.72]}]
     lo, hi = error_ylim(slow)
     assert 0.04 <= lo <= 0.14 / 2 and hi == pytest.approx(3.0)

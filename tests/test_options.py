@@ -244,7 +244,7 @@ def test_every_averaging_method_declares_an_options_dataclass(name):
     from minips import averaging
     from minips.averaging import METHODS, make_method
     from minips.distributed.topology import make_topology as make_graph
-    from minips.labs.averaging import _accepts
+    from minips.labs.averaging_cli import _accepts
     from minips.options import fields_of
     assert not hasattr(averaging, "OPTIONS")
     cls = METHODS[name][0]

@@ -291,7 +291,7 @@ def test_what_an_algorithm_declares_reaches_the_outputs(toy, tmp_path, monkeypat
                                  + extras["toy_extra_s"])
     # trace.png: a panel for the declared column, titled as declared
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    monkeypatch.setattr(plots.style, "save", lambda fig, path: figs.append(fig))
     plots.plot_trace([{**plots.load_run(out), "dir": out, "name": "toy"}], tmp_path / "t.png")
     assert [ax.get_title() for ax in figs[0].axes] == ["training loss", "toy weights"]
     plt.close(figs[0])

@@ -431,3 +431,20 @@ def test_tensor_syntax_is_bound_whatever_is_imported_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["Tensor", "(1,", "2)"]
+
+
+# --- a plain install carries every package ------------------------------------
+
+
+def test_setup_cfg_lists_every_package():
+    """A plain (non-editable) install, such as the wheel CI builds, carries only
+    the packages setup.cfg lists: every folder of minips with an
+    ``__init__.py`` must be one of them (minips.labs, minips.distributed.comm
+    and minips.distributed.compression were missing, so a wheel lacked them)."""
+    import configparser
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set(), "add these to setup.cfg's [options] packages"
+    assert "minips.kernels" in listed  # installed from kernels/ through package_dir

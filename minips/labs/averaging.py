@@ -1,29 +1,29 @@
-"""``python -m minips gossip-lab``: watch n nodes average their values.
+"""The gossip lab's engine: n nodes average their values.
 
-Runs one or more averaging methods (:data:`minips.averaging.METHODS`) on a
-graph (:mod:`minips.distributed.topology`) for a number of rounds, on the vectorised
-cluster (all nodes in this process, rows of one array) or, under ``mpiexec -n P``, on the MPI
-engine (one node per rank), and reports per method: the error
-``||x(t) - mean||`` per round (Frobenius norm over nodes and dimensions; its
-ratio to round 0 is the *relative error*), the rounds and messages to reach a
-relative error of 1e-6, the contraction per round measured and predicted by
-the spectrum (``|lambda_2|^t`` and its relatives), a figure (error vs round,
-log scale, one line per method, predictions dashed) and optional frames of
-the values on the graph. ``--table`` runs the methods x topologies x sizes
-grid and writes its JSON (docs/gossip.md).
+Runs an averaging method (:data:`minips.averaging.METHODS`) on a graph
+(:mod:`minips.distributed.topology`) for a number of rounds, on the
+vectorised cluster (all nodes in this process, rows of one array) or, under
+``mpiexec -n P``, on the MPI engine (one node per rank) (:func:`simulate`),
+and measures: the error ``||x(t) - mean||`` per round (Frobenius norm over
+nodes and dimensions; its ratio to round 0 is the *relative error*), the
+rounds and messages to reach a relative error of 1e-6, the contraction per
+round measured and predicted by the spectrum (``|lambda_2|^t`` and its
+relatives); :func:`report_lines` prints them, one row per method.
+:func:`run_table` runs the methods x topologies x sizes grid
+(docs/gossip.md). The lab's figures (error against round, frames of the
+values on the graph) are in :mod:`minips.labs.averaging_figures`, its command
+line (``python -m minips gossip-lab``) in :mod:`minips.labs.averaging_cli`.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ..averaging import METHODS, make_method
-from ..averaging.engines import MPICluster, VectorisedCluster
-from ..distributed.topology import GRAPHS, Topology, make_topology
+from ..averaging import make_method
+from ..averaging.engines import VectorisedCluster
+from ..distributed.topology import Topology, make_topology
 
 __all__ = ["simulate", "initial_values", "lab_graph", "rounds_to", "run_table"]
 
@@ -222,99 +222,6 @@ def report_lines(results: list[dict], tol: float = TOL) -> list[str]:
     return lines
 
 
-def error_ylim(results: list[dict], tol: float = TOL) -> tuple[float, float]:
-    """The y-range of :func:`plot_errors`: from a third of the smallest
-    measured relative error (or of ``tol``, when some curve comes within a
-    factor 100 of it) to three times the largest (at least 3): the measured
-    curves fill the plot whatever their range; the dashed predictions are cut
-    where they leave it."""
-    vals = np.concatenate([np.asarray(r["relative_error"], float) for r in results])
-    vals = vals[np.isfinite(vals) & (vals > 0)]
-    if vals.size == 0:
-        return tol / 3, 3.0
-    lo, hi = float(vals.min()), float(vals.max())
-    if lo <= 100 * tol:
-        lo = min(lo, tol)
-    return max(lo / 3, 1e-300), max(hi, 1.0) * 3
-
-
-def plot_errors(results: list[dict], path, title: str) -> None:
-    """Relative error vs round (log y), one solid line per method, its
-    spectral prediction ``rate^t`` dashed in the same colour."""
-    from ..plots import pyplot
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    for k, r in enumerate(results):
-        c = f"C{k}"
-        rel = np.array(r["relative_error"])
-        rel = np.where(rel > 0, rel, np.nan)
-        ax.semilogy(np.arange(len(rel)), rel, color=c, lw=1.6, label=r["method"])
-        if r["rate_predicted"] is not None and r["rate_predicted"] > 0:
-            t = np.arange(len(rel))
-            ax.semilogy(t, r["rate_predicted"] ** t, color=c, lw=1, ls="--", alpha=0.8)
-    ymin, ymax = error_ylim(results)
-    shows_tol = ymin <= TOL
-    if shows_tol:
-        ax.axhline(TOL, color="grey", lw=0.8, ls=":")
-    for r in results:  # push-sum churn: the target moves at these rounds
-        for what in ("join", "leave"):
-            if r.get(what) is not None:
-                ax.axvline(r[what], color="grey", lw=0.8, ls="-.")
-                ax.text(r[what], 1.5, f" node {what}s", fontsize=7, color="grey")
-    ax.set_ylim(ymin, ymax)
-    ax.set_xlabel("round")
-    ax.set_ylabel("||x(t) - mean|| / ||x(0) - mean||")
-    ax.set_title(title + "\nsolid: measured; dashed: spectral prediction rate^t; "
-                 + ("dotted: 1e-6" if shows_tol else f"1e-6 not approached (lowest {ymin * 3:.2g})"), fontsize=9)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(alpha=0.3, which="both", lw=0.4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def node_positions(graph: Topology) -> np.ndarray:
-    """(n, 2) drawing positions: the graph's own layout (the torus's grid, the
-    random geometric graph's points), else a circle."""
-    if graph.layout is not None:
-        return np.asarray(graph.layout, float)
-    ang = 2 * np.pi * np.arange(graph.n) / graph.n
-    return np.stack([np.cos(ang), np.sin(ang)], 1)
-
-
-def write_frames(result: dict, graph, pos: np.ndarray, out_dir: Path, frames: int) -> list[Path]:
-    """``frames`` PNGs of the values (first dimension) on the graph, rounds spread
-    evenly over the run (a flip-book: ``frame_000.png``, ...)."""
-    from ..plots import pyplot
-    plt = pyplot()
-    H = result["history"][:, :, 0]
-    T = H.shape[1] - 1
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lo, hi = np.nanmin(H[:, 0]), np.nanmax(H[:, 0])
-    edges = graph.undirected_edges()
-    files = []
-    for k, t in enumerate(np.unique(np.linspace(0, T, frames).round().astype(int))):
-        fig, ax = plt.subplots(figsize=(5, 5))
-        for i, j in edges:
-            ax.plot(*pos[[i, j]].T, color="0.85", lw=0.5, zorder=1)
-        sc = ax.scatter(*pos.T, c=H[:, t], cmap="coolwarm", vmin=lo, vmax=hi, s=max(8, 4000 / graph.n), zorder=2)
-        fig.colorbar(sc, ax=ax, shrink=0.7, label="value")
-        ax.set_title(f"{result['method']} on {result['topology']} (n = {graph.n}): round {t}, "
-                     f"rel. error {result['relative_error'][t]:.1e}", fontsize=9)
-        ax.set_aspect("equal")
-        ax.set_axis_off()
-        fig.tight_layout()
-        f = out_dir / f"frame_{k:03d}.png"
-        fig.savefig(f, dpi=90)
-        plt.close(fig)
-        files.append(f)
-    return files
-
-
-def _jsonable(r: dict) -> dict:
-    return {k: v for k, v in r.items() if k != "history"}
-
-
 # --- the rounds-to-1e-6 table -----------------------------------------------------------------------
 
 TABLE_METHODS = ("plain", "accelerated", "pairwise", "periodic", "aco-local", "aco-global", "push-sum")
@@ -356,135 +263,3 @@ def table_markdown(table: dict) -> str:
             out.append(s)
         lines.append(f"| {m} | " + " | ".join(out) + " |")
     return "\n".join(lines)
-
-
-# --- command line -----------------------------------------------------------------------------------
-
-def add_arguments(p):
-    """The flags of ``python -m minips gossip-lab`` (a row of :data:`minips.cli.SUBCOMMANDS`)."""
-    p.add_argument("--topology", default="ring", help=f"graph: {', '.join(GRAPHS)} (default ring)")
-    p.add_argument("-n", type=int, help="nodes (default 64; under mpiexec: the number of ranks)")
-    p.add_argument("--method", help=f"comma-separated methods, or all: {', '.join(METHODS)} "
-                                    "(default plain; with --table: all)")
-    p.add_argument("--rounds", type=int, default=500, help="rounds to run (default 500)")
-    p.add_argument("--out", help="directory for lab.json, error.png (and frames/)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the starting values and the random choices")
-    p.add_argument("--dim", type=int, default=1, help="values per node (default 1)")
-    p.add_argument("--init", default="normal", choices=INITS, help="starting values (spike: node 0 holds n)")
-    p.add_argument("--radius", type=float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
-    p.add_argument("--graph-seed", type=int, default=0, help="random-geometric / tree: seed of the graph")
-    p.add_argument("--alpha", type=float, help="accelerated: weight in (0, 2) (default the optimal alpha*)")
-    p.add_argument("--order-seed", type=int, help="periodic: random edge order from this seed "
-                                                         "(default: grouped by an edge colouring)")
-    p.add_argument("--orders", type=int, default=0, help="periodic: also print |lambda_2(Phi)| for this many "
-                                                         "random edge orders (same on a tree)")
-    p.add_argument("--rho", type=float, help="aco-*: pheromone evaporation in (0, 1] (default 0.1)")
-    p.add_argument("--estimate", choices=["average", "sum", "count"], help="push-sum: what to estimate")
-    p.add_argument("--join", type=int, help="push-sum: node n-1 joins at this round (vectorised cluster)")
-    p.add_argument("--leave", type=int, help="push-sum: node n/2 leaves at this round (vectorised cluster)")
-    p.add_argument("--frames", type=int, default=0, help="write this many PNG frames of the first method's "
-                                                        "values on the graph into OUT/frames/ (n <= 1024)")
-    p.add_argument("--table", action="store_true", help="instead: rounds to 1e-6 for methods x topologies x "
-                                                        "sizes, written to OUT/table.json and table.md")
-    p.add_argument("--topologies", default="ring,torus,exponential", help="--table: topologies")
-    p.add_argument("--sizes", default="64,1024", help="--table: node counts")
-    p.add_argument("--max-rounds", type=int, default=20000, help="--table: give up after this many rounds")
-    p.set_defaults(func=cmd_gossip_lab)
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s]
-    except ValueError:
-        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
-
-
-def cmd_gossip_lab(args) -> int:
-    from ..distributed.comm import get_comm, launched_by_mpi
-    spec = args.method or ("all" if args.table else "plain")
-    methods = list(TABLE_METHODS) if spec == "all" else [m.strip() for m in spec.split(",") if m.strip()]
-    for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"unknown --method {m!r}; choose one of {', '.join(METHODS)} (or all)")
-    if args.rounds < 1:
-        raise ValueError(f"--rounds {args.rounds}: give at least 1")
-    if args.table:
-        return _cmd_table(args, methods)
-    comm = get_comm() if launched_by_mpi() else None
-    n = args.n if args.n is not None else (comm.size if comm is not None else 64)
-    if comm is not None and comm.size == 1:
-        raise ValueError("mpiexec -n 1: the MPI engine runs one node per rank and needs P >= 2 ranks; "
-                         "use mpiexec -n 4, or run without mpiexec for the vectorised cluster")
-    options = {"alpha": args.alpha, "order_seed": args.order_seed, "rho": args.rho, "estimate": args.estimate,
-               "join": args.join, "leave": args.leave}
-    results, root = [], comm is None or comm.rank == 0
-    for k, m in enumerate(methods):
-        mine = {key: v for key, v in options.items() if key in _accepts(m)}
-        ignored = sorted(key for key, v in options.items() if v is not None and key not in _accepts_any(methods))
-        if ignored:
-            raise ValueError(f"--{ignored[0].replace('_', '-')} is not an option of {', '.join(methods)}")
-        engine = MPICluster(comm, n) if comm is not None else VectorisedCluster(n)
-        r = simulate(m, args.topology, n, args.rounds, seed=args.seed, d=args.dim, init=args.init, engine=engine,
-                     radius=args.radius, graph_seed=args.graph_seed, keep_history=(k == 0 and args.frames > 0),
-                     options=mine)
-        if root:
-            results.append(r)
-    if not root:
-        return 0
-    print("\n".join(report_lines(results)))
-    if args.orders:
-        _print_orders(args)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "lab.json").write_text(json.dumps([_jsonable(r) for r in results], indent=1))
-        plot_errors(results, out / "error.png", f"{args.topology}, n = {n}, {results[0]['engine']} engine")
-        print(f"wrote {out / 'lab.json'}, {out / 'error.png'}")
-        if args.frames:
-            if n > 1024:
-                raise ValueError(f"--frames draws at most 1024 nodes, got -n {n}")
-            g = lab_graph(args.topology, n, radius=args.radius, seed=args.graph_seed)
-            files = write_frames(results[0], g, node_positions(g),
-                                 out / "frames", args.frames)
-            print(f"wrote {len(files)} frames to {out / 'frames'}")
-    elif args.frames:
-        raise ValueError("--frames needs --out DIR to write the PNGs into")
-    return 0
-
-
-def _accepts(m: str):
-    from ..averaging import method_options
-    return tuple(method_options(m))
-
-
-def _accepts_any(methods):
-    return {k for m in methods for k in _accepts(m)}
-
-
-def _print_orders(args) -> None:
-    from ..averaging.periodic import edge_order, period_lambda2
-    g = lab_graph(args.topology, args.n or 64, radius=args.radius, seed=args.graph_seed)
-    vals = [period_lambda2(edge_order(g, s), g.n) for s in range(args.orders)]
-    print(f"periodic gossip on {g.name} (n = {g.n}): |lambda_2(Phi)| over {args.orders} random edge orders: "
-          f"min {min(vals):.6f}, max {max(vals):.6f}, {len(set(np.round(vals, 9)))} distinct value(s)")
-
-
-def _cmd_table(args, methods) -> int:
-    from ..distributed.comm import launched_by_mpi
-    if launched_by_mpi():
-        raise ValueError("--table runs on the vectorised cluster: run it without mpiexec")
-    tops = [t for t in args.topologies.split(",") if t]
-    for t in tops:
-        if t not in GRAPHS:
-            raise ValueError(f"unknown topology {t!r} in --topologies; choose from {', '.join(GRAPHS)}")
-    sizes = _ints(args.sizes, "--sizes")
-    table = run_table(methods, tops, sizes, args.max_rounds, seed=args.seed)
-    md = table_markdown(table)
-    print(md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "table.json").write_text(json.dumps(table, indent=1))
-        (out / "table.md").write_text(md + "\n")
-        print(f"wrote {out / 'table.json'}, {out / 'table.md'}")
-    return 0
