@@ -6,6 +6,10 @@ help). The ``bench`` subcommand has its own table of benchmarks
 (:data:`minips.bench.cli.BENCHES`). A module that a row names never imports
 this module back. Under ``mpiexec``, an exception on any rank prints its
 message and aborts the whole job (``MPI_Abort``) so no rank hangs.
+
+Long because one job: the command line. Every subcommand's flags sit beside the one
+dispatcher that turns any rank's exception into a one-line message (and a job abort);
+the work each subcommand does lives in its own module.
 """
 from __future__ import annotations
 

@@ -448,3 +448,41 @@ def test_setup_cfg_lists_every_package():
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
     assert found - listed == set(), "add these to setup.cfg's [options] packages"
     assert "minips.kernels" in listed  # installed from kernels/ through package_dir
+
+
+# Issue 34: a file does one job. A module longer than LONG_FILE lines either
+# has several jobs (split it) or says, in its docstring, why its one job needs
+# the length: a line starting with "Long because one job:".
+LONG_FILE = 450
+ONE_JOB = "Long because one job:"
+
+
+def long_files_without_reason(roots) -> list[str]:
+    """The .py files under ``roots`` longer than LONG_FILE lines whose module
+    docstring has no line starting with ONE_JOB."""
+    bad = []
+    for root in roots:
+        for path in sorted(Path(root).rglob("*.py")):
+            text = path.read_text()
+            if text.count("\n") <= LONG_FILE:
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if not any(line.strip().startswith(ONE_JOB) for line in doc.splitlines()):
+                bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                           f"{text.count(chr(10))} lines")
+    return bad
+
+
+def test_long_files_do_one_job_and_say_why():
+    bad = long_files_without_reason([ROOT / "minips", ROOT / "kernels"])
+    assert not bad, (f"modules over {LONG_FILE} lines without a '{ONE_JOB}' line in their docstring "
+                     f"(split them by job, or say why they are one): {bad}")
+
+
+def test_the_long_file_check_sees_a_long_file(tmp_path):
+    body = "x = 1\n" * (LONG_FILE + 1)
+    (tmp_path / "long.py").write_text('"""Several jobs."""\n' + body)
+    (tmp_path / "ok.py").write_text(f'"""A table.\n\n{ONE_JOB} one table of all the rows.\n"""\n' + body)
+    (tmp_path / "short.py").write_text('"""Short."""\n' + "x = 1\n" * 10)
+    bad = long_files_without_reason([tmp_path])
+    assert len(bad) == 1 and bad[0].endswith(f"long.py: {LONG_FILE + 2} lines")

@@ -1,5 +1,9 @@
 """Alpha-beta (latency-bandwidth) cost model of collective communication.
 
+Long because one job: the time model of every communication primitive, and of a
+step built from them; most of the length is the derivation of each formula, kept
+in the docstrings beside the code that evaluates it.
+
 Sending ``n`` bytes point to point costs ``alpha + n * beta`` seconds (Hockney
 1994): ``alpha`` is the latency (s), ``beta`` the inverse bandwidth (s/byte).
 A ring allreduce of ``n`` bytes over ``P`` ranks is a reduce-scatter followed
