@@ -263,12 +263,13 @@ def col2im_nhwc(cols: np.ndarray, g: ConvGeometry) -> np.ndarray:
 def _im2col_nhwc(x, R, S, sh, sw, ph, pw, P, Q, cols):
     """cols[(n*P + p)*Q + q, (r*S + s)*C + c] = x[n, p*sh - ph + r, q*sw - pw + s, c], 0 in
     the padding; x (N, H, W, C), C-contiguous. In NHWC the S*C values that tap row r of
-    output pixel (p, q) needs are one contiguous run of input row h = p*sh - ph + r,
-    starting at column w0 = q*sw - pw, and they go to one contiguous run of cols' row.
-    Loop order: output rows (n, p) in parallel, then r, then q; a run is copied whole.
-    The border is handled apart, so the interior needs no test: a row h in the padding
-    is zero-filled; columns q < q0 and q >= q1 (runs that cross the left or right edge)
-    are copied value by value with a test; q0 <= q < q1 run straight. No padded copy."""
+    output pixel (p, q) needs are one contiguous run of input row h = p*sh - ph + r from
+    column w0 = q*sw - pw on, and they fill one contiguous run of cols' row: each run is
+    copied whole. Loop order: output rows (n, p) in parallel, then q, then r (each row of
+    cols is written in order). The border is handled apart, so the interior needs no
+    test: tap rows r < r0 or r >= r1 (input rows in the padding, the same for the whole
+    output row) are zero-filled; columns q0 <= q < q1 copy their runs straight; only the
+    few columns whose run crosses the left or right edge test each pixel. No padded copy."""
     N, H, W, C = x.shape
     SC = S * C
     xr = x.reshape((N, H, W * C))                    # input rows as flat runs
@@ -276,30 +277,32 @@ def _im2col_nhwc(x, R, S, sh, sw, ph, pw, P, Q, cols):
     q1 = max(q0, min(Q, (W + pw - S) // sw + 1))     # first q with w0 + S > W
     for npp in prange(N * P):
         n, p = npp // P, npp % P
-        row0 = npp * Q
-        for r in range(R):
-            h = p * sh - ph + r
-            col0 = r * SC
-            if h < 0 or h >= H:                      # the whole tap row is padding
-                for q in range(Q):
-                    for j in range(SC):
-                        cols[row0 + q, _u(col0 + j)] = 0
-                continue
-            for q in range(q0, q1):                  # interior: one run, no test
+        r0 = min(R, max(0, ph - p * sh))             # first tap row inside x
+        r1 = max(r0, min(R, H + ph - p * sh))        # first tap row below x
+        for q in range(Q):
+            row = npp * Q + q
+            for j in range(r0 * SC):                 # tap rows above x
+                cols[row, _u(j)] = 0
+            for j in range(r1 * SC, R * SC):         # tap rows below x
+                cols[row, _u(j)] = 0
+            if q0 <= q < q1:                         # interior: one run per tap row
                 src = (q * sw - pw) * C
-                for j in range(SC):
-                    cols[row0 + q, _u(col0 + j)] = xr[n, h, _u(src + j)]
-            for t in range(Q - (q1 - q0)):           # runs that cross an edge
-                q = t if t < q0 else t + (q1 - q0)
-                for s in range(S):
-                    w = q * sw - pw + s
-                    col = col0 + s * C
-                    if 0 <= w < W:
-                        for c in range(C):
-                            cols[row0 + q, _u(col + c)] = x[n, h, w, _u(c)]
-                    else:
-                        for c in range(C):
-                            cols[row0 + q, _u(col + c)] = 0
+                for r in range(r0, r1):
+                    h = p * sh - ph + r
+                    for j in range(SC):
+                        cols[row, _u(r * SC + j)] = xr[n, h, _u(src + j)]
+            else:                                    # the run crosses an edge
+                for r in range(r0, r1):
+                    h = p * sh - ph + r
+                    for s in range(S):
+                        w = q * sw - pw + s
+                        col = r * SC + s * C
+                        if 0 <= w < W:
+                            for c in range(C):
+                                cols[row, _u(col + c)] = x[n, h, w, _u(c)]
+                        else:
+                            for c in range(C):
+                                cols[row, _u(col + c)] = 0
 
 
 @njit(parallel=True, cache=True, nogil=True)

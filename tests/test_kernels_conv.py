@@ -125,6 +125,47 @@ def test_im2col_and_col2im_match_twins_and_are_adjoint(case):
     np.testing.assert_allclose(back_nhwc, ref.col2im(c, x_shape, R, S, stride, padding), rtol=1e-12, atol=1e-12)
 
 
+# The channels-last patch build copies each tap row's S*C values as one run; the
+# border is handled apart (tap rows in the padding, columns whose run crosses an
+# edge). Every branch on the thin first layers' inputs (C = 1 and 3), strides 1 and
+# 2, padding 0, 1, 2, rectangular kernels, and inputs so narrow that no column is
+# interior or no tap row is inside, against the twin; then the whole conv path.
+BORDER_CASES = [
+    # (N, C, H, W), (R, S), stride, padding
+    ((2, 1, 28, 28), (3, 3), 1, 1),              # the ConvNet's first layer
+    ((2, 3, 9, 8), (3, 3), 1, 0),
+    ((2, 3, 8, 9), (3, 3), 2, 1),
+    ((1, 1, 7, 10), (3, 3), 2, 2),
+    ((2, 3, 6, 7), (2, 5), (1, 2), (0, 2)),     # rectangular kernel and stride
+    ((1, 1, 7, 5), (5, 2), (2, 1), (2, 1)),
+    ((2, 3, 5, 6), (3, 1), 1, (1, 0)),
+    ((1, 1, 2, 2), (3, 3), 1, 2),               # no interior column, no full tap row
+    ((1, 3, 1, 4), (3, 3), (1, 2), (2, 1)),     # one input row: at most one tap row inside
+    ((2, 1, 5, 5), (5, 5), 2, 2),
+    ((1, 4, 5, 5), (3, 3), 3, 1),               # stride larger than the kernel's reach
+]
+
+
+@pytest.mark.parametrize("x_shape,ks,stride,padding", BORDER_CASES)
+def test_im2col_nhwc_borders_match_twin(x_shape, ks, stride, padding):
+    C = x_shape[1]
+    R, S = ks
+    x = np.random.default_rng(1).standard_normal(x_shape)
+    g = conv.geometry(x_shape, (2, C, R, S), stride, padding)
+    want = ref.im2col(x, R, S, stride, padding).reshape(C, R, S, -1).transpose(3, 1, 2, 0).reshape(-1, R * S * C)
+    np.testing.assert_array_equal(conv.im2col_nhwc(x, g), want)
+    # the NCHW and the channels-last input give the same rows
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(conv.im2col_nhwc(xl, g), want)
+
+
+@pytest.mark.parametrize("x_shape,ks,stride,padding", BORDER_CASES)
+@pytest.mark.parametrize("block_rows", [0, 1])
+def test_conv_borders_match_twin(x_shape, ks, stride, padding, block_rows, monkeypatch):
+    monkeypatch.setattr(conv, "BLOCK_ROWS", block_rows)
+    _check_conv(x_shape, (3, x_shape[1]) + ks, stride, padding, 5, np.float64, direct=False)
+
+
 def test_no_bias_equals_zero_bias():
     x, w, b, _ = _arrays((2, 2, 5, 5), (3, 2, 3, 3), 3, np.float32)
     y0, _ = conv.conv2d_forward(x, w, None, 1, 1)
