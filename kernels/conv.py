@@ -524,13 +524,17 @@ def _pool_window(pool, g: ConvGeometry):
 #: Rows of ``cols`` (output pixels) per block in the forward's patch build + product
 #: and the backward's product + col2im (whole images; at least one). 0: one block.
 BLOCK_ROWS = 1024
+#: ... or more rows, up to this many bytes of ``cols``, when its rows are short (few
+#: input channels): each block costs two calls (patch build, product).
+BLOCK_BYTES = 256 * 1024
 
 
-def _blocks(g: ConvGeometry):
+def _blocks(g: ConvGeometry, itemsize: int = 4):
     """``(r0, r1, n0, n1)``: images n0..n1-1, rows r0..r1-1 of cols, about
-    :data:`BLOCK_ROWS` rows each."""
+    max(:data:`BLOCK_ROWS`, :data:`BLOCK_BYTES` / bytes of a row of cols) rows each."""
     PQ = g.P * g.Q
-    per = g.N if BLOCK_ROWS <= 0 else max(1, BLOCK_ROWS // PQ)
+    rows = max(BLOCK_ROWS, BLOCK_BYTES // (g.R * g.S * g.C * itemsize))
+    per = g.N if BLOCK_ROWS <= 0 else max(1, rows // PQ)
     for n0 in range(0, g.N, per):
         n1 = min(g.N, n0 + per)
         yield n0 * PQ, n1 * PQ, n0, n1
@@ -606,7 +610,7 @@ def conv2d_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None,
         wm = weight_matrix(w, arena)
         st.lap("weights")
         # a block of images at a time: its patches are multiplied while still in cache
-        for r0, r1, n0, n1 in _blocks(g):
+        for r0, r1, n0, n1 in _blocks(g, np.dtype(dt).itemsize):
             _im2col_nhwc(xh[n0:n1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, cols[r0:r1])
             st.lap("patch build", (n1 - n0) / g.N)
             np.matmul(cols[r0:r1], wm.T, out=y2[r0:r1])          # the BLAS call: NHWC out
@@ -699,7 +703,7 @@ def conv2d_backward(gy: np.ndarray, w: np.ndarray, saved: dict,
         gxh = arena.take((g.N, g.H, g.W, g.C), dt)
         st.lap("weights")
         # a block of images at a time: its patch gradients are added back while in cache
-        for r0, r1, n0, n1 in _blocks(g):
+        for r0, r1, n0, n1 in _blocks(g, np.dtype(dt).itemsize):
             np.matmul(G2[r0:r1], wm, out=cols[r0:r1])
             st.lap("GEMM dX", (n1 - n0) / g.N)
             _col2im_nhwc(cols[r0:r1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, gxh[n0:n1])

@@ -53,12 +53,12 @@ def _check_conv(x_shape, w_shape, stride, padding, seed, dtype, direct):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_im2col_path_matches_twin(dtype, block_rows, case):
     # block_rows: one block (0), one image per block (1), or blocks of a few images
-    before = conv.BLOCK_ROWS
-    conv.BLOCK_ROWS = block_rows
+    before = conv.BLOCK_ROWS, conv.BLOCK_BYTES
+    conv.BLOCK_ROWS, conv.BLOCK_BYTES = block_rows, 0
     try:
         _check_conv(*case, dtype, direct=False)
     finally:
-        conv.BLOCK_ROWS = before
+        conv.BLOCK_ROWS, conv.BLOCK_BYTES = before
 
 
 @SETTINGS
@@ -163,6 +163,7 @@ def test_im2col_nhwc_borders_match_twin(x_shape, ks, stride, padding):
 @pytest.mark.parametrize("block_rows", [0, 1])
 def test_conv_borders_match_twin(x_shape, ks, stride, padding, block_rows, monkeypatch):
     monkeypatch.setattr(conv, "BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 0)
     _check_conv(x_shape, (3, x_shape[1]) + ks, stride, padding, 5, np.float64, direct=False)
 
 
