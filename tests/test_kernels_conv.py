@@ -125,8 +125,8 @@ def test_im2col_and_col2im_match_twins_and_are_adjoint(case):
     np.testing.assert_allclose(back_nhwc, ref.col2im(c, x_shape, R, S, stride, padding), rtol=1e-12, atol=1e-12)
 
 
-# The channels-last patch build copies each tap row's S*C values as one run; the
-# border is handled apart (tap rows in the padding, columns whose run crosses an
+# The channels-last patch build copies, for C <= THIN_C, each tap row's S*C values as
+# one run; the border is handled apart (tap rows in the padding, columns whose run crosses an
 # edge). Every branch on the thin first layers' inputs (C = 1 and 3), strides 1 and
 # 2, padding 0, 1, 2, rectangular kernels, and inputs so narrow that no column is
 # interior or no tap row is inside, against the twin; then the whole conv path.
@@ -143,6 +143,7 @@ BORDER_CASES = [
     ((1, 3, 1, 4), (3, 3), (1, 2), (2, 1)),     # one input row: at most one tap row inside
     ((2, 1, 5, 5), (5, 5), 2, 2),
     ((1, 4, 5, 5), (3, 3), 3, 1),               # stride larger than the kernel's reach
+    ((2, 6, 7, 6), (3, 2), (2, 1), (1, 2)),     # more than THIN_C channels: the pixel loop
 ]
 
 
