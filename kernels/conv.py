@@ -20,13 +20,16 @@ to the (K, R*S*C) matrix the products use (18 K values for 32->64).
 
 How it is computed (**im2col**, Chellapilla et al. 2006; Caffe), in NHWC:
 copy the patch that output pixel (n, p, q) sees into one row of
-``cols`` (N*P*Q, R*S*C), ordered (r, s, c): R*S contiguous runs of C values.
+``cols`` (N*P*Q, R*S*C), ordered (r, s, c): R*S contiguous runs of C values, or,
+seen per tap row, R runs of S*C values, each contiguous in x too (how the patch
+build copies one or a few channels, the first layer's input).
 Then ``y = cols @ wm.T`` (one BLAS product, wm = w as (K, R*S*C)) *is* the
 (N*P*Q, K) = NHWC output: no layout change. Backward: ``dW = gy.T @ cols``
 over the same, kept ``cols``; ``dcols = gy @ wm``, and **col2im** adds each
 row back into the pixels it was copied from (the gradient of x). The patch
 build and the forward product, and the dX product and col2im, run a block of
-images at a time (:data:`BLOCK_ROWS`), so each block is used while in cache.
+images at a time (:data:`BLOCK_ROWS`, :data:`BLOCK_BYTES`), so each block is used
+while in cache.
 
 A **direct** loop nest vectorised over the K output channels
 (:func:`_direct_nhwc`, no ``cols``) is kept for very few input channels
