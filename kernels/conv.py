@@ -20,13 +20,16 @@ to the (K, R*S*C) matrix the products use (18 K values for 32->64).
 
 How it is computed (**im2col**, Chellapilla et al. 2006; Caffe), in NHWC:
 copy the patch that output pixel (n, p, q) sees into one row of
-``cols`` (N*P*Q, R*S*C), ordered (r, s, c): R*S contiguous runs of C values.
+``cols`` (N*P*Q, R*S*C), ordered (r, s, c): R*S contiguous runs of C values, or,
+seen per tap row, R runs of S*C values, each contiguous in x too (how the patch
+build copies one or a few channels, the first layer's input).
 Then ``y = cols @ wm.T`` (one BLAS product, wm = w as (K, R*S*C)) *is* the
 (N*P*Q, K) = NHWC output: no layout change. Backward: ``dW = gy.T @ cols``
 over the same, kept ``cols``; ``dcols = gy @ wm``, and **col2im** adds each
 row back into the pixels it was copied from (the gradient of x). The patch
 build and the forward product, and the dX product and col2im, run a block of
-images at a time (:data:`BLOCK_ROWS`), so each block is used while in cache.
+images at a time (:data:`BLOCK_ROWS`, :data:`BLOCK_BYTES`), so each block is used
+while in cache.
 
 A **direct** loop nest vectorised over the K output channels
 (:func:`_direct_nhwc`, no ``cols``) is kept for very few input channels
@@ -259,12 +262,70 @@ def col2im_nhwc(cols: np.ndarray, g: ConvGeometry) -> np.ndarray:
 
 
 # --- channels-last kernels (the training path) -------------------------------------------
-@njit(parallel=True, cache=True, nogil=True)
+#: Inputs with at most this many channels use :func:`_im2col_runs`, the others
+#: :func:`_im2col_pixels`. Measured (issue 30, Zen 3, 1 thread, CPU time, N64, 3x3,
+#: padding 1): runs 0.51 against 0.67 ms (C = 1) and 0.8-1.0 against 0.9-1.0 ms (C = 3)
+#: for the same copy in pixel order; for C = 32 that order (as in _im2col_pixels)
+#: was 1.4x faster than the runs (docs/kernels.md).
+THIN_C = 4
+
+
 def _im2col_nhwc(x, R, S, sh, sw, ph, pw, P, Q, cols):
     """cols[(n*P + p)*Q + q, (r*S + s)*C + c] = x[n, p*sh - ph + r, q*sw - pw + s, c], 0 in
-    the padding; x (N, H, W, C). Loop order: output rows (n, p) in parallel, then q, r, s;
-    the innermost loop copies one pixel's C channels, contiguous in x and in cols. The
-    border test is made once per pixel, not per value (no padded copy of x is needed)."""
+    the padding; x (N, H, W, C) C-contiguous, cols (N*P*Q, R*S*C). One or few channels
+    (C <= :data:`THIN_C`, the first layer): :func:`_im2col_runs`; else :func:`_im2col_pixels`."""
+    (_im2col_runs if x.shape[3] <= THIN_C else _im2col_pixels)(x, R, S, sh, sw, ph, pw, P, Q, cols)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _im2col_runs(x, R, S, sh, sw, ph, pw, P, Q, cols):
+    """:func:`_im2col_nhwc` for few channels. In NHWC the S*C values that tap row r of
+    output pixel (p, q) needs are one contiguous run of input row h = p*sh - ph + r from
+    column w0 = q*sw - pw on, and they fill one contiguous run of cols' row: each run is
+    copied whole (S*C = 3 or 9 values for a 3x3 kernel on 1 or 3 channels, where a copy
+    per tap moved 1 or 3). Loop order: output rows (n, p) in parallel, then r, then q.
+    The border is handled apart, so the interior needs no test: a row h in the padding is
+    zero-filled; columns q0 <= q < q1 copy their runs straight; only the few columns whose
+    run crosses the left or right edge test each pixel. No padded copy of x."""
+    N, H, W, C = x.shape
+    SC = S * C
+    xr = x.reshape((N, H, W * C))                    # input rows as flat runs
+    q0 = min(Q, (pw + sw - 1) // sw)                 # first q with w0 >= 0
+    q1 = max(q0, min(Q, (W + pw - S) // sw + 1))     # first q with w0 + S > W
+    for npp in prange(N * P):
+        n, p = npp // P, npp % P
+        row0 = npp * Q
+        for r in range(R):
+            h = p * sh - ph + r
+            col0 = r * SC
+            if h < 0 or h >= H:                      # the whole tap row is padding
+                for q in range(Q):
+                    for j in range(SC):
+                        cols[row0 + q, _u(col0 + j)] = 0
+                continue
+            for q in range(q0, q1):                  # interior: one run, no test
+                src = (q * sw - pw) * C
+                for j in range(SC):
+                    cols[row0 + q, _u(col0 + j)] = xr[n, h, _u(src + j)]
+            for t in range(Q - (q1 - q0)):           # q < q0 or q >= q1: the run crosses an edge
+                q = t if t < q0 else t + (q1 - q0)
+                for s in range(S):
+                    w = q * sw - pw + s
+                    col = col0 + s * C
+                    if 0 <= w < W:
+                        for c in range(C):
+                            cols[row0 + q, _u(col + c)] = x[n, h, w, _u(c)]
+                    else:
+                        for c in range(C):
+                            cols[row0 + q, _u(col + c)] = 0
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _im2col_pixels(x, R, S, sh, sw, ph, pw, P, Q, cols):
+    """:func:`_im2col_nhwc` for many channels. Loop order: output rows (n, p) in parallel,
+    then q, r, s (each row of cols written in order); the innermost loop copies one
+    pixel's C channels, contiguous in x and in cols. The border test is made once per
+    pixel, not per value (no padded copy of x is needed)."""
     N, H, W, C = x.shape
     for npp in prange(N * P):
         n, p = npp // P, npp % P
@@ -502,13 +563,17 @@ def _pool_window(pool, g: ConvGeometry):
 #: Rows of ``cols`` (output pixels) per block in the forward's patch build + product
 #: and the backward's product + col2im (whole images; at least one). 0: one block.
 BLOCK_ROWS = 1024
+#: ... or more rows, up to this many bytes of ``cols``, when its rows are short (few
+#: input channels): each block costs two calls (patch build, product).
+BLOCK_BYTES = 256 * 1024
 
 
-def _blocks(g: ConvGeometry):
+def _blocks(g: ConvGeometry, itemsize: int = 4):
     """``(r0, r1, n0, n1)``: images n0..n1-1, rows r0..r1-1 of cols, about
-    :data:`BLOCK_ROWS` rows each."""
+    max(:data:`BLOCK_ROWS`, :data:`BLOCK_BYTES` / bytes of a row of cols) rows each."""
     PQ = g.P * g.Q
-    per = g.N if BLOCK_ROWS <= 0 else max(1, BLOCK_ROWS // PQ)
+    rows = max(BLOCK_ROWS, BLOCK_BYTES // (g.R * g.S * g.C * itemsize))
+    per = g.N if BLOCK_ROWS <= 0 else max(1, rows // PQ)
     for n0 in range(0, g.N, per):
         n1 = min(g.N, n0 + per)
         yield n0 * PQ, n1 * PQ, n0, n1
@@ -584,7 +649,7 @@ def conv2d_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None,
         wm = weight_matrix(w, arena)
         st.lap("weights")
         # a block of images at a time: its patches are multiplied while still in cache
-        for r0, r1, n0, n1 in _blocks(g):
+        for r0, r1, n0, n1 in _blocks(g, np.dtype(dt).itemsize):
             _im2col_nhwc(xh[n0:n1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, cols[r0:r1])
             st.lap("patch build", (n1 - n0) / g.N)
             np.matmul(cols[r0:r1], wm.T, out=y2[r0:r1])          # the BLAS call: NHWC out
@@ -677,7 +742,7 @@ def conv2d_backward(gy: np.ndarray, w: np.ndarray, saved: dict,
         gxh = arena.take((g.N, g.H, g.W, g.C), dt)
         st.lap("weights")
         # a block of images at a time: its patch gradients are added back while in cache
-        for r0, r1, n0, n1 in _blocks(g):
+        for r0, r1, n0, n1 in _blocks(g, np.dtype(dt).itemsize):
             np.matmul(G2[r0:r1], wm, out=cols[r0:r1])
             st.lap("GEMM dX", (n1 - n0) / g.N)
             _col2im_nhwc(cols[r0:r1], g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.P, g.Q, gxh[n0:n1])

@@ -53,12 +53,12 @@ def _check_conv(x_shape, w_shape, stride, padding, seed, dtype, direct):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_im2col_path_matches_twin(dtype, block_rows, case):
     # block_rows: one block (0), one image per block (1), or blocks of a few images
-    before = conv.BLOCK_ROWS
-    conv.BLOCK_ROWS = block_rows
+    before = conv.BLOCK_ROWS, conv.BLOCK_BYTES
+    conv.BLOCK_ROWS, conv.BLOCK_BYTES = block_rows, 0
     try:
         _check_conv(*case, dtype, direct=False)
     finally:
-        conv.BLOCK_ROWS = before
+        conv.BLOCK_ROWS, conv.BLOCK_BYTES = before
 
 
 @SETTINGS
@@ -123,6 +123,49 @@ def test_im2col_and_col2im_match_twins_and_are_adjoint(case):
     back_nhwc = conv.col2im_nhwc(to_rows(c), g)
     assert back_nhwc.shape == x.shape and is_channels_last(back_nhwc)
     np.testing.assert_allclose(back_nhwc, ref.col2im(c, x_shape, R, S, stride, padding), rtol=1e-12, atol=1e-12)
+
+
+# The channels-last patch build copies, for C <= THIN_C, each tap row's S*C values as
+# one run; the border is handled apart (tap rows in the padding, columns whose run crosses an
+# edge). Every branch on the thin first layers' inputs (C = 1 and 3), strides 1 and
+# 2, padding 0, 1, 2, rectangular kernels, and inputs so narrow that no column is
+# interior or no tap row is inside, against the twin; then the whole conv path.
+BORDER_CASES = [
+    # (N, C, H, W), (R, S), stride, padding
+    ((2, 1, 28, 28), (3, 3), 1, 1),              # the ConvNet's first layer
+    ((2, 3, 9, 8), (3, 3), 1, 0),
+    ((2, 3, 8, 9), (3, 3), 2, 1),
+    ((1, 1, 7, 10), (3, 3), 2, 2),
+    ((2, 3, 6, 7), (2, 5), (1, 2), (0, 2)),     # rectangular kernel and stride
+    ((1, 1, 7, 5), (5, 2), (2, 1), (2, 1)),
+    ((2, 3, 5, 6), (3, 1), 1, (1, 0)),
+    ((1, 1, 2, 2), (3, 3), 1, 2),               # no interior column, no full tap row
+    ((1, 3, 1, 4), (3, 3), (1, 2), (2, 1)),     # one input row: at most one tap row inside
+    ((2, 1, 5, 5), (5, 5), 2, 2),
+    ((1, 4, 5, 5), (3, 3), 3, 1),               # stride larger than the kernel's reach
+    ((2, 6, 7, 6), (3, 2), (2, 1), (1, 2)),     # more than THIN_C channels: the pixel loop
+]
+
+
+@pytest.mark.parametrize("x_shape,ks,stride,padding", BORDER_CASES)
+def test_im2col_nhwc_borders_match_twin(x_shape, ks, stride, padding):
+    C = x_shape[1]
+    R, S = ks
+    x = np.random.default_rng(1).standard_normal(x_shape)
+    g = conv.geometry(x_shape, (2, C, R, S), stride, padding)
+    want = ref.im2col(x, R, S, stride, padding).reshape(C, R, S, -1).transpose(3, 1, 2, 0).reshape(-1, R * S * C)
+    np.testing.assert_array_equal(conv.im2col_nhwc(x, g), want)
+    # the NCHW and the channels-last input give the same rows
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(conv.im2col_nhwc(xl, g), want)
+
+
+@pytest.mark.parametrize("x_shape,ks,stride,padding", BORDER_CASES)
+@pytest.mark.parametrize("block_rows", [0, 1])
+def test_conv_borders_match_twin(x_shape, ks, stride, padding, block_rows, monkeypatch):
+    monkeypatch.setattr(conv, "BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 0)
+    _check_conv(x_shape, (3, x_shape[1]) + ks, stride, padding, 5, np.float64, direct=False)
 
 
 def test_no_bias_equals_zero_bias():
