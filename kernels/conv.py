@@ -1,5 +1,8 @@
 """2-D convolution: forward, backward-data and backward-weight, channels-last.
 
+Long because one job: the convolution kernels. The patch build, the products' blocking,
+col2im and the fused epilogues share one layout and one geometry, and are read together.
+
 Notation (used in every docstring and in ``docs/kernels.md``):
 
 - input ``x``  (N, C, H, W): N images of C channels, H rows, W columns;
