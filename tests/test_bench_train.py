@@ -107,3 +107,30 @@ def test_bench_train_without_torch_prints_minips_alone(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert "PyTorch is not installed: minips timed alone" in out
     _check_schema(json.loads(js.read_text()), [1], False)
+
+
+def test_bind_args_give_a_rank_of_t_threads_t_cores():
+    from minips.bench.launch import bind_args
+    assert bind_args(2, 1, 2) == ["-bind-to", "core"]
+    assert bind_args(1, 2, 2) == ["-bind-to", "core:2"]  # was "core": 2 threads on 1 core, 10-20x slower
+    assert bind_args(2, 2, 2) == []                       # 4 threads on 2 cores: binding would stack them
+    assert bind_args(1, 1, 2, bind=False) == []
+
+
+@pytest.mark.mpi
+def test_a_rank_of_two_threads_is_bound_to_two_cores():
+    """What mpiexec does with the flags: a rank of 2 threads sees 2 cores."""
+    import os
+    import subprocess
+    import sys
+
+    from minips.bench.launch import bind_args, find_mpiexec
+    if (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("this check needs 2 cores; the suite's machine has them")
+    mpiexec = find_mpiexec()
+    assert mpiexec, "mpiexec missing: pip install -e '.[mpi]'"
+    cmd = [mpiexec, "-n", "1", *bind_args(1, 2, 2), sys.executable, "-c",
+           "import os; print(len(os.sched_getaffinity(0)))"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "2"

@@ -13,7 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["MPIEXEC_MISSING", "MpiexecNotFound", "find_mpiexec", "require_mpiexec", "launch_env", "THREAD_VARIABLES"]
+__all__ = ["MPIEXEC_MISSING", "MpiexecNotFound", "find_mpiexec", "require_mpiexec", "launch_env", "THREAD_VARIABLES",
+           "bind_args"]
 
 #: the one-line fix printed when no ``mpiexec`` is found
 MPIEXEC_MISSING = ("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
@@ -56,3 +57,19 @@ def launch_env(threads: int | None = None) -> dict:
     if threads is not None:
         env.update({v: str(threads) for v in THREAD_VARIABLES})
     return env
+
+
+def bind_args(P: int, threads: int, cores: int, bind: bool = True) -> list[str]:
+    """The binding flags of ``mpiexec -n P`` (MPICH's Hydra) for ranks of
+    ``threads`` threads each on a node of ``cores`` cores: ``-bind-to core``
+    (one core a rank) for one thread, ``-bind-to core:T`` (T cores a rank) for
+    T threads, and nothing when ``bind`` is off or the ranks' threads do not
+    fit on the cores (binding would then stack ranks on shared cores).
+
+    A rank of T threads bound to one core runs its threads on that core alone:
+    Numba's and the BLAS's spinning workers then take turns on it, 10-20x
+    slower than one thread (issue 30, ``docs/bench/kernels-final/``).
+    """
+    if not bind or threads < 1 or P * threads > cores:
+        return []
+    return ["-bind-to", "core" if threads == 1 else f"core:{threads}"]

@@ -3,11 +3,11 @@ with the same network in PyTorch, in one run.
 
 Run it as one plain process. For each rank count P of ``--ranks`` it launches::
 
-    mpiexec -n P [-bind-to core] python -m minips.bench.train_worker ...
+    mpiexec -n P [-bind-to core | core:T] python -m minips.bench.train_worker ...
 
 with ``--threads`` Numba/BLAS/torch threads per rank (default 1; the
 ``*_NUM_THREADS`` variables are set for the ranks), ranks bound to cores when
-they fit. Each rank trains, for every workload (``convnet``, ``lstm``: the
+they fit (T cores a rank of T threads). Each rank trains, for every workload (``convnet``, ``lstm``: the
 captioner's LSTM step) and per-rank batch size, the minips network (the
 registry's baseline algorithm: allreduce of the gradient, SGD momentum 0.9)
 and, with ``--against torch`` when PyTorch is installed, the same layers in
@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from ..kernels.threads import cores_on_node
-from .launch import MpiexecNotFound, launch_env, require_mpiexec
+from .launch import MpiexecNotFound, bind_args, launch_env, require_mpiexec
 
 
 __all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
@@ -113,10 +113,11 @@ def machine() -> dict:
 
 def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
     """Launch the worker on P ranks; returns its JSON plus the launch details."""
-    bind = args.bind and P * args.threads <= cores_on_node()
+    binding = bind_args(P, args.threads, cores_on_node(), args.bind)
+    bind = bool(binding)
     with tempfile.TemporaryDirectory(prefix="minips-bench-train-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [mpiexec, "-n", str(P)] + (["-bind-to", "core"] if bind else [])
+        cmd = [mpiexec, "-n", str(P)] + binding
         cmd += [sys.executable, "-m", "minips.bench.train_worker", "--workloads", args.workloads,
                 "--batch-sizes", args.batch_size, "--steps", str(args.steps), "--chunk", str(args.chunk),
                 "--warmup", str(args.warmup), "--threads", str(args.threads), "--port", str(_free_port()),
@@ -171,7 +172,8 @@ def add_arguments(p):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS/torch threads per rank (default 1)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
-                   help="mpiexec -bind-to core when ranks x threads fit on the cores (default on)")
+                   help="mpiexec -bind-to core (core:T for T threads a rank) when ranks x threads fit on the cores "
+                        "(default on)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "
                                                       f"(default {DEFAULT_OUT})")
@@ -228,7 +230,8 @@ def run(args) -> int:
     for P in ranks:
         pt = run_point(P, args, use_torch, mpiexec)
         points.append(pt)
-        how = "mpiexec -bind-to core" if pt["bound_to_cores"] else "not bound"
+        how = (f"mpiexec -bind-to {'core' if args.threads == 1 else f'core:{args.threads}'}"
+               if pt["bound_to_cores"] else "not bound")
         print(f"ranks {P}: cores per rank {pt['affinity_per_rank']} ({how}), "
               f"{pt['threading_layer']} threading layer, load {pt['load_before']} -> {pt['load_after']}",
               flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...distributed.algorithms import DEFAULT_ALGOS
 from ...kernels.threads import cores_on_node
-from ..launch import MpiexecNotFound, launch_env, require_mpiexec
+from ..launch import MpiexecNotFound, bind_args, launch_env, require_mpiexec
 
 __all__ = ["ScalingError", "parse_ranks", "parse_algos", "option_flags", "load_avg", "measure"]
 
@@ -73,8 +73,7 @@ class _NoNetwork:
 
 def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd = [mpiexec, "-n", str(P)]
-    if args.bind and P * args.threads <= cores_on_node() and args.threads == 1:
-        cmd += ["-bind-to", "core"]
+    cmd += bind_args(P, args.threads, cores_on_node(), args.bind)
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
