@@ -22,7 +22,6 @@ runs ``fixed`` only at P > 16). Statistics: minips.stats.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -139,7 +138,8 @@ def tables(runs: dict) -> tuple[str, list[dict]]:
                 rows.append(row)
                 lva = row.get("local_vs_aesp")
                 lines.append(
-                    f"| {P} | `{rule}` | {len(seeds)} | {', '.join(map(str, lrs)) or '-'} | {row['diverged']} / {row['at_chance']} "
+                    f"| {P} | `{rule}` | {len(seeds)} | {', '.join(map(str, lrs)) or '-'} "
+                    f"| {row['diverged']} / {row['at_chance']} "
                     f"| {_fmt(row['val'])} | {fmt_diff(row.get('val_vs_sync')) if rule != 'sync' else ''} "
                     f"| {_fmt(row['test'])} | {fmt_diff(row.get('test_vs_sync')) if rule != 'sync' else ''} "
                     f"| {fmt_target(row.get('val_vs_sync')) if rule != 'sync' else ''} "
@@ -235,8 +235,9 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
         ax.legend(fontsize=7, loc="lower left")
     fig.suptitle("Pseudo-sync against sync at 16-128 ranks (full Fashion-MNIST, ConvNet, k = 1, "
                  "per-rank batch 16)", fontsize=11)
-    fig.text(0.01, 0.005, "Accuracy: mean over seeds, bars 95 % t interval (no bar: one seed), where every seed trained; "
-             "x on the floor: some seed diverged or ended at chance (off the scale), hollow circles: that P's seeds "
+    fig.text(0.01, 0.005, "Accuracy: mean over seeds, bars 95 % t interval (no bar: one seed), "
+             "where every seed trained; x on the floor: some seed diverged or ended at chance (off the scale), "
+             "hollow circles: that P's seeds "
              "that trained. lr scaled = 0.01 P, fixed = 0.16; both warmed up over half "
              "an epoch.\nCost model: run t3's one-node ConvNet profile at per-rank batch 32, ideal overlap; "
              "local's predictor cost not in that profile (taken as 0); adaptive-local not drawn (not measured).",
