@@ -159,13 +159,19 @@ def describe() -> str:
     The model name alone does not tell the CPU generation inside a virtual
     machine ("AMD EPYC" was a Zen 3 in one session and a Zen 4 in another), so
     the vendor's family and model numbers and the widest vector instruction set
-    go with it. Outside Linux the fields /proc/cpuinfo lacks are left out."""
+    go with it. Outside Linux the fields /proc/cpuinfo lacks are left out.
+    The cores are the machine's; when this process may run on fewer (a rank
+    bound by ``mpiexec -bind-to core``, taskset), it says how many, e.g.
+    ``2 cores (1 usable by this process)``."""
     from .threads import cores_on_node
     fields = _cpuinfo_fields()
     info = detect()
     ident = " ".join(f"{k} {fields[f]}" for k, f in (("family", "cpu family"), ("model", "model")) if f in fields)
     vendor = fields.get("vendor_id", "")
-    parts = [info.model, f"{vendor} {ident}".strip(), info.simd, f"{cores_on_node()} cores"]
+    usable = cores_on_node()
+    total = max(os.cpu_count() or usable, usable)
+    cores = f"{total} cores" + ("" if usable == total else f" ({usable} usable by this process)")
+    parts = [info.model, f"{vendor} {ident}".strip(), info.simd, cores]
     return ", ".join(p for p in parts if p)
 
 

@@ -10,7 +10,7 @@ import pytest
 from minips.bench import scaling
 from minips.bench.scaling import ScalingError, parse_algos, parse_ranks
 
-from .conftest import run_cli
+from .conftest import ROOT, run_cli
 
 
 def test_parse_ranks_and_algos():
@@ -49,6 +49,24 @@ def test_missing_mpiexec_is_a_clear_error(monkeypatch, tmp_path):
 def test_bad_ranks_from_the_command_line():
     r = run_cli(["bench", "scaling", "--ranks", "0"], timeout=60)
     assert r.returncode == 2 and "rank counts must be >= 1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_missing_or_foreign_json_is_named_with_its_flag(tmp_path):
+    """--from-json / --comm-json printed bare exception text ("[Errno 2] ...", "'measured'")."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": 3}')
+    text = tmp_path / "t.json"
+    text.write_text("not json")
+    cases = [(["--from-json", str(tmp_path / "nope.json")], "--from-json", "no such file"),
+             (["--from-json", str(bad)], "--from-json", "no 'measured' key"),
+             (["--from-json", str(text)], "--from-json", "not a JSON file"),
+             (["--from-json", str(ROOT / "docs/bench/scaling-real-t3.json"), "--comm-json", str(bad)],
+              "--comm-json", "no 'fit' key")]
+    for argv, flag, why in cases:
+        r = run_cli(["bench", "scaling", *argv, "--out", str(tmp_path / "o")], timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"error: {flag} ") and why in line, line
 
 
 @pytest.mark.mpi

@@ -103,6 +103,18 @@ def test_a_seed_that_is_not_a_number_is_named(tmp_path):
     assert "error: --seeds x: give comma-separated integers, e.g. --seeds 0,1" in r.stderr
 
 
+@pytest.mark.parametrize("flag,value,fix", [("--ranks", "0", ">= 1, e.g. --ranks 2,4"),
+                                            ("--ranks", "-2", ">= 1, e.g. --ranks 2,4"),
+                                            ("--virtual-ranks", "0", ">= 1, e.g. --virtual-ranks 2,4"),
+                                            ("--seeds", "-1", ">= 0, e.g. --seeds 0,1")])
+def test_rank_counts_below_one_and_negative_seeds_are_refused(tmp_path, flag, value, fix):
+    """``--ranks 0`` used to launch ``mpiexec -n 0`` (one process) and report it as P=0."""
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), flag, value, "--dry-run"],
+                timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"error: {flag} {value}: every value must be {fix}" in r.stderr
+
+
 def test_virtual_ranks_replace_the_grids_ranks_and_launcher(tmp_path):
     r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--virtual-ranks", "16,64",
                  "--dry-run"], timeout=60)

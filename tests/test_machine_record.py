@@ -13,6 +13,7 @@ ZEN3 = {**ZEN4, "model": "1", "flags": "fpu sse sse2 avx avx2 fma"}
 def test_describe_tells_two_epycs_apart(monkeypatch):
     monkeypatch.setattr(cpuinfo, "_cpuinfo_fields", lambda: dict(ZEN4))
     monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: 2)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
     zen4 = cpuinfo.describe()
     monkeypatch.setattr(cpuinfo, "_cpuinfo_fields", lambda: dict(ZEN3))
     zen3 = cpuinfo.describe()
@@ -20,10 +21,19 @@ def test_describe_tells_two_epycs_apart(monkeypatch):
     assert zen3 == "AMD EPYC, AuthenticAMD family 25 model 1, AVX2, 2 cores"
 
 
+def test_describe_names_the_machines_cores_when_this_process_is_bound_to_fewer(monkeypatch):
+    """A rank under ``mpiexec -bind-to core`` may use 1 core of 2: the header of
+    compare.md said "1 cores" for the 2-core machine."""
+    monkeypatch.setattr(cpuinfo, "_cpuinfo_fields", lambda: dict(ZEN3))
+    monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert cpuinfo.describe() == "AMD EPYC, AuthenticAMD family 25 model 1, AVX2, 2 cores (1 usable by this process)"
+
+
 def test_describe_without_proc_cpuinfo_still_names_something(monkeypatch):
     monkeypatch.setattr(cpuinfo, "_cpuinfo_fields", lambda: {})
     text = cpuinfo.describe()
-    assert text and "family" not in text and text.endswith("cores")
+    assert text and "family" not in text and " cores" in text
 
 
 def test_a_study_report_names_the_cpus_and_loads_of_its_runs():

@@ -224,7 +224,7 @@ def run(args) -> int:
     elif args.against == "none":
         note = "minips alone (add --against torch for the PyTorch comparison)"
     m = machine()
-    print(f"CPU: {m['cpu']}, {m['cores']} cores, {m['simd']}; {args.threads} thread(s) per rank "
+    print(f"CPU: {m['cpu']}; {args.threads} thread(s) per rank "
           f"(Numba, BLAS{', torch' if use_torch else ''}); torch {m['torch'] or 'not installed'}")
     points = []
     for P in ranks:

@@ -53,9 +53,12 @@ def run(args) -> int:
     """Run the kernel benchmark; print the table; write JSON if asked. Returns 0.
 
     Raises:
-        ValueError: ``--only`` matches no case (the kernel names are listed).
+        ValueError: ``--only`` matches no case (the kernel names are listed), or
+            ``--threads`` is below 1.
     """
     from ...kernels import threads as kthreads
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give 1 or more threads, e.g. --threads 1")
     torch = None if args.no_torch else _import_torch()
     n = set_threads(args.threads or kthreads.threads_per_rank(1), torch)
     ctx = BenchContext(batches=tuple(args.batch), torch=torch)
@@ -72,7 +75,7 @@ def run(args) -> int:
     import numba
     machine["threading_layer"] = numba.threading_layer()
     machine["load_avg_start"], machine["load_avg_end"] = load_start, [round(x, 2) for x in os.getloadavg()]
-    print(f"CPU: {machine['cpu']}, {machine['cores']} cores; {n} thread(s) for Numba, BLAS"
+    print(f"CPU: {machine['cpu']}; {n} thread(s) for Numba, BLAS"
           + (" and torch" if torch else "") + f"; {machine['threading_layer']} threading layer")
     print(f"peak (stated): {machine['peak_arithmetic']}")
     if machine["peak_by_vector_bits"]:

@@ -14,7 +14,7 @@ from ...distributed.algorithms import DEFAULT_ALGOS
 from ...kernels import cpuinfo
 from ...kernels.threads import cores_on_node
 from .figures import plot_projection, plot_scaling
-from .measure import ScalingError, load_avg, measure, option_flags, parse_algos, parse_ranks
+from .measure import ScalingError, load_avg, measure, option_flags, parse_algos, parse_ranks, read_json_file
 from .model import (PROJECT_NODES, PROJECT_RANKS_PER_NODE, comm_fit, grad_layout, model_check, node_projection,
                     project_also, projection, reported_points)
 from .tables import print_check, print_measured, print_node_projection, print_projection
@@ -35,7 +35,7 @@ def run(args) -> int:
         lines.append(text)
         print(text, flush=True)
     if args.from_json:
-        result = json.loads(Path(args.from_json).read_text())
+        result = read_json_file(args.from_json, "--from-json", "measured", "bench scaling (its scaling.json)")
         rows = result["measured"]
     else:
         ranks = parse_ranks(args.ranks)

@@ -19,6 +19,25 @@ class ScalingError(ValueError):
     """Bad option or a failed run; the message names the fix."""
 
 
+def read_json_file(path, flag: str, key: str, made_by: str) -> dict:
+    """The JSON object in ``path``, given to ``flag``, which must hold ``key``.
+
+    Raises:
+        ScalingError: the file is missing, is not JSON, or is not an object
+            with ``key``; the message names the flag and ``made_by``, the
+            command that writes such a file.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ScalingError(f"{flag} {path}: no such file; give a JSON file written by {made_by}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ScalingError(f"{flag} {path}: not a JSON file ({e}); give one written by {made_by}") from None
+    if not isinstance(data, dict) or key not in data:
+        raise ScalingError(f"{flag} {path}: not the JSON of {made_by} (no {key!r} key)")
+    return data
+
+
 def parse_ranks(spec: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``.
 

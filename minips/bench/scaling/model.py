@@ -3,11 +3,9 @@
 :func:`node_projection`), from the measured rows and :mod:`minips.labs.projection`."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from ...distributed.algorithms import BASELINE
-from .measure import ScalingError, parse_algos
+from .measure import ScalingError, parse_algos, read_json_file
 
 __all__ = ["reported_points", "grad_layout", "own_compute", "model_check", "projection", "PROJECT_NODES",
            "PROJECT_RANKS_PER_NODE", "node_projection", "project_also", "family_of", "comm_fit"]
@@ -238,7 +236,7 @@ def comm_fit(path):
     from ...distributed.costmodel import NetworkModel
     from ...labs.projection import interference_from_overlap
 
-    c = json.loads(Path(path).read_text())
+    c = read_json_file(path, "--comm-json", "fit", "bench comm --json FILE")
     if not c.get("fit"):
         raise ScalingError(f"{path} has no fit: run bench comm under mpiexec -n 2 or more (without --overlap-only)")
     net = NetworkModel(c["fit"]["alpha_s"], c["fit"]["beta_s_per_byte"], f"fit of {path}")

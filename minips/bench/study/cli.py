@@ -22,12 +22,20 @@ def _split(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
 
 
-def _ints(flag: str, s):
-    """``--ranks``/``--seeds`` "0,1" -> [0, 1] (None when not given)."""
+def _ints(flag: str, s, minimum: int = 1, example: str = "2,4"):
+    """``--ranks``/``--seeds`` "0,1" -> [0, 1] (None when not given).
+
+    Raises:
+        StudyError: a value is not an integer or is below ``minimum`` (rank
+            counts start at 1, seeds at 0).
+    """
     try:
-        return [int(x) for x in _split(s)] if s else None
+        values = [int(x) for x in _split(s)] if s else None
     except ValueError:
-        raise StudyError(f"{flag} {s}: give comma-separated integers, e.g. {flag} 0,1") from None
+        raise StudyError(f"{flag} {s}: give comma-separated integers, e.g. {flag} {example}") from None
+    if values and min(values) < minimum:
+        raise StudyError(f"{flag} {s}: every value must be >= {minimum}, e.g. {flag} {example}")
+    return values
 
 
 def _add_records(records: list[dict], paths: str, specs: list[RunSpec]) -> list[dict]:
@@ -58,7 +66,7 @@ def run(args) -> int:
     if getattr(args, "contrast", None):
         grid.contrasts += parse_contrasts("--contrast", list(args.contrast), grid.algos)
     root = Path(args.out)
-    ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds)
+    ranks, seeds = _ints("--ranks", args.ranks), _ints("--seeds", args.seeds, minimum=0, example="0,1")
     vranks = _ints("--virtual-ranks", getattr(args, "virtual_ranks", None))
     if vranks and ranks:
         raise StudyError("give --ranks (the grid's launch) or --virtual-ranks (those P as threads of one process), "
@@ -135,7 +143,7 @@ def add_arguments(p):
     p.add_argument("--virtual-ranks", help="run these rank counts instead of the grid's as virtual ranks (threads "
                                            "of one process, no mpiexec), e.g. 16,64 (the grid key virtual = true "
                                            "runs the grid's own ranks so)")
-    p.add_argument("--seeds", help="only these seeds, e.g. 0")
+    p.add_argument("--seeds", help="these seeds instead of the grid's (a subset, or others), e.g. 0")
     p.add_argument("--lr", help="only these learning-rate settings (names of [lr.NAME] tables)")
     p.add_argument("--algos", help="only these algos entries")
     p.add_argument("--title", help="title of the report")
