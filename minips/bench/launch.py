@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["MPIEXEC_MISSING", "MpiexecNotFound", "find_mpiexec", "require_mpiexec", "launch_env", "THREAD_VARIABLES",
-           "bind_args"]
+           "bind_args", "flag_args", "load_avg"]
 
 #: the one-line fix printed when no ``mpiexec`` is found
 MPIEXEC_MISSING = ("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
@@ -73,3 +73,26 @@ def bind_args(P: int, threads: int, cores: int, bind: bool = True) -> list[str]:
     if not bind or threads < 1 or P * threads > cores:
         return []
     return ["-bind-to", "core" if threads == 1 else f"core:{threads}"]
+
+
+def flag_args(flags: dict) -> list[str]:
+    """Command-line flags of a launched ``minips train`` from ``{option: value}``:
+    ``bucket_mb=4`` -> ``--bucket-mb 4``; a bool option ``True`` -> ``--name``,
+    ``False`` -> ``--no-name`` (train's on/off flags)."""
+    args = []
+    for k, v in flags.items():
+        name = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            args.append(name if v else "--no-" + name[2:])
+        else:
+            args += [name, str(v)]
+    return args
+
+
+def load_avg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded to 0.01, recorded around a
+    launched job; None where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

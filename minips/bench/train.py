@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import socket
 import subprocess
@@ -42,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from ..kernels.threads import cores_on_node
-from .launch import MpiexecNotFound, bind_args, launch_env, require_mpiexec
+from .launch import MpiexecNotFound, bind_args, launch_env, load_avg, require_mpiexec
 
 
 __all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
@@ -77,11 +76,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _load() -> list | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def _torch_available() -> bool:
@@ -114,7 +108,6 @@ def machine() -> dict:
 def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
     """Launch the worker on P ranks; returns its JSON plus the launch details."""
     binding = bind_args(P, args.threads, cores_on_node(), args.bind)
-    bind = bool(binding)
     with tempfile.TemporaryDirectory(prefix="minips-bench-train-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [mpiexec, "-n", str(P)] + binding
@@ -122,7 +115,7 @@ def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
                 "--batch-sizes", args.batch_size, "--steps", str(args.steps), "--chunk", str(args.chunk),
                 "--warmup", str(args.warmup), "--threads", str(args.threads), "--port", str(_free_port()),
                 "--out", str(out)] + (["--torch"] if use_torch else [])
-        load_before = _load()
+        load_before = load_avg()
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, env=launch_env(args.threads), timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -132,8 +125,8 @@ def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
             tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
             raise TrainBenchError(f"--ranks {P} failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
         res = json.loads(out.read_text())
-    res.update(ranks=P, bound_to_cores=bind, load_before=load_before, load_after=_load(),
-               command=" ".join(cmd[:cmd.index("--port")]))
+    res.update(ranks=P, bound_to_cores=bool(binding), binding=" ".join(binding), load_before=load_before,
+               load_after=load_avg(), command=" ".join(cmd[:cmd.index("--port")]))
     return res
 
 
@@ -230,8 +223,7 @@ def run(args) -> int:
     for P in ranks:
         pt = run_point(P, args, use_torch, mpiexec)
         points.append(pt)
-        how = (f"mpiexec -bind-to {'core' if args.threads == 1 else f'core:{args.threads}'}"
-               if pt["bound_to_cores"] else "not bound")
+        how = f"mpiexec {pt['binding']}" if pt["bound_to_cores"] else "not bound"
         print(f"ranks {P}: cores per rank {pt['affinity_per_rank']} ({how}), "
               f"{pt['threading_layer']} threading layer, load {pt['load_before']} -> {pt['load_after']}",
               flush=True)

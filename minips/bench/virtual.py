@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .launch import load_avg
 
 __all__ = ["VirtualBenchError", "run", "format_table"]
 
@@ -46,8 +46,6 @@ class VirtualBenchError(ValueError):
     """A bad option or a failed run; the message names the fix."""
 
 
-def _load() -> list:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _ints(flag: str, text: str) -> list[int]:
@@ -79,7 +77,7 @@ def run_train(P: int, args, model: str, data: str, algo: str, steps: int, out: P
         argv += ["--virtual-ranks", str(P)]
     usage_file = out.with_suffix(".usage.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    load_before, t0 = _load(), time.perf_counter()
+    load_before, t0 = load_avg(), time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(usage_file), *argv], capture_output=True, text=True,
                               timeout=timeout)
@@ -101,7 +99,7 @@ def run_train(P: int, args, model: str, data: str, algo: str, steps: int, out: P
             "cpu_s_per_step": cpu_s, "cpu_s_per_sample": cpu_s / samples, "process_cpu_s": usage["cpu_s"],
             "peak_rss_bytes": usage["maxrss_bytes"],
             "threads_per_rank": summary.get("threads_per_rank"), "test_accuracy": summary.get("test_accuracy"),
-            "wall_s": wall, "load_before": load_before, "load_after": _load(),
+            "wall_s": wall, "load_before": load_before, "load_after": load_avg(),
             "command": "python -m minips " + " ".join(argv)}
 
 
@@ -190,7 +188,7 @@ def run(args) -> int:
                                            "ranks": ranks, "memory_ranks": args.memory_ranks,
                                            "memory_model": args.memory_model, "memory_data": args.memory_data,
                                            "memory_algos": mem_algos, "memory_steps": args.memory_steps},
-           "time": [], "memory": [], "load_start": _load()}
+           "time": [], "memory": [], "load_start": load_avg()}
     with tempfile.TemporaryDirectory(prefix="minips-bench-virtual-") as tmp:
         for P in [0, *ranks]:
             r = run_train(P, args, args.model, args.data, algo, args.warmup + args.steps, Path(tmp) / f"t{P}",
@@ -205,7 +203,7 @@ def run(args) -> int:
                               Path(tmp) / f"m-{a.replace(':', '-')}", args.timeout)
                 res["memory"].append(r)
                 print(f"memory, {a} x{args.memory_ranks}: peak {_gb(r['peak_rss_bytes'])}", flush=True)
-    res["load_end"] = _load()
+    res["load_end"] = load_avg()
     text = format_table(res)
     print(text)
     if args.json:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from ...distributed.algorithms import DEFAULT_ALGOS
 from ...kernels.threads import cores_on_node
-from ..launch import MpiexecNotFound, bind_args, launch_env, require_mpiexec
+from ..launch import MpiexecNotFound, bind_args, flag_args, launch_env, load_avg, require_mpiexec
 
 __all__ = ["ScalingError", "parse_ranks", "parse_algos", "option_flags", "load_avg", "measure"]
 
@@ -96,7 +95,7 @@ def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,
-            *_flag_args(option_flags(vars(args))), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
+            *flag_args(option_flags(vars(args))), "--seed", "0", "--quiet", "--no-trace", "--out", str(out),
             "--overwrite"]
     if args.network:
         cmd += ["--network", args.network]
@@ -111,16 +110,6 @@ def option_flags(values: dict) -> dict:
     return {k: values[k] for k, f in OPTION_FLAGS.items() if f.type != "dict" and values.get(k) is not None}
 
 
-def _flag_args(flags: dict) -> list[str]:
-    return [a for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-
-
-def load_avg() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages, rounded to 0.01; None where the OS has none."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def measure(args, entries: list[dict], ranks: list[int], out_dir: Path, say=print) -> list[dict]:

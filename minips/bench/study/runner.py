@@ -9,21 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import launch_env
+from ..launch import flag_args, launch_env
 from .grid import Grid, RunSpec
 
 __all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record"]
-
-
-def _flag_args(flags: dict) -> list[str]:
-    args = []
-    for k, v in flags.items():
-        name = "--" + k.replace("_", "-")
-        if isinstance(v, bool):
-            args.append(name if v else "--no-" + name[2:])
-        else:
-            args += [name, str(v)]
-    return args
 
 
 def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
@@ -32,7 +21,7 @@ def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.exec
     option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
     finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
     launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
-    args = [*launch, "-m", "minips", "train", *_flag_args(spec.flags),
+    args = [*launch, "-m", "minips", "train", *flag_args(spec.flags),
             "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
     if spec.variant_options:
         args += ["--config", str(out / VARIANT_TOML)]
