@@ -96,7 +96,8 @@ def test_binding_flags_in_each_launchers_spelling():
     assert L["openmpi"].bind_args(2, 1, 2) == ["--bind-to", "core"]
     assert L["openmpi"].bind_args(1, 2, 2) == ["--map-by", "slot:PE=2", "--bind-to", "core"]
     assert L["openmpi"].bind_args(2, 2, 2) == ["--bind-to", "none"]
-    assert L["intel"].bind_args(2, 1, 2) == ["-genv", "I_MPI_PIN_CELL", "core", "-genv", "I_MPI_PIN_DOMAIN", "core"]
+    assert L["intel"].bind_args(2, 1, 2) == ["-genv", "I_MPI_PIN", "on", "-genv", "I_MPI_PIN_CELL", "core",
+                                             "-genv", "I_MPI_PIN_DOMAIN", "core"]
     assert L["intel"].bind_args(1, 2, 2)[-1] == "2" and L["intel"].bind_args(3, 1, 2) == ["-genv", "I_MPI_PIN", "off"]
     assert L["srun"].bind_args(2, 2, 4) == ["--cpus-per-task=2", "--cpu-bind=cores"]
     assert [launch.binds_to_cores(*a) for a in [(2, 1, 2), (2, 2, 2), (1, 1, 2, False)]] == [True, False, False]

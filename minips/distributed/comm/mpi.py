@@ -77,8 +77,8 @@ class Launcher:
         default binding off.
 
         Hydra (MPICH): ``-bind-to core`` / ``-bind-to core:T``; Hydra (Intel
-        MPI): ``-genv I_MPI_PIN_CELL core -genv I_MPI_PIN_DOMAIN core`` (or
-        ``T``: T cores), off: ``-genv I_MPI_PIN off``; PRRTE (Open MPI):
+        MPI): ``-genv I_MPI_PIN on -genv I_MPI_PIN_CELL core -genv
+        I_MPI_PIN_DOMAIN core`` (or ``T``: T cores), off: ``-genv I_MPI_PIN off``; PRRTE (Open MPI):
         ``--bind-to core`` / ``--map-by slot:PE=T --bind-to core``, off:
         ``--bind-to none``; srun: ``--cpus-per-task=T --cpu-bind=cores``, off:
         ``--cpu-bind=none``.
@@ -88,8 +88,10 @@ class Launcher:
         if self.key == "mpich":
             return ["-bind-to", "core" if T == 1 else f"core:{T}"] if fits else []
         if self.key == "intel":
-            return (["-genv", "I_MPI_PIN_CELL", "core", "-genv", "I_MPI_PIN_DOMAIN", "core" if T == 1 else str(T)]
-                    if fits else ["-genv", "I_MPI_PIN", "off"])
+            if not fits:
+                return ["-genv", "I_MPI_PIN", "off"]
+            return ["-genv", "I_MPI_PIN", "on", "-genv", "I_MPI_PIN_CELL", "core",
+                    "-genv", "I_MPI_PIN_DOMAIN", "core" if T == 1 else str(T)]
         if self.key == "openmpi":
             if not fits:
                 return ["--bind-to", "none"]
