@@ -128,7 +128,7 @@ def _train_until_first_checkpoint(out, extra=()):
     proc = subprocess.Popen([*mpiexec_args(2), sys.executable, "-m", "minips", "train", *MLP, "--epochs", "20",
                              "--algo", "pseudo-sync", "--checkpoint-every", "20", "--out", str(out), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=ROOT)
-    deadline = time.time() + 120
+    deadline = time.time() + 240  # generous: the suite runs on a small shared machine
     while not (out / "checkpoint.h5").exists():  # the event: training runs, the stop handlers are installed
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
@@ -148,7 +148,7 @@ def test_a_stop_signal_at_mpiexec_saves_the_run_and_it_resumes(which, tmp_path):
     proc = _train_until_first_checkpoint(out)
     proc.send_signal(stop_signal() if which == "launcher's" else signal.SIGUSR1)
     try:
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
