@@ -271,7 +271,7 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         if self.size > 1:
             if claim is None:  # not under virtual ranks: fd 2 is the whole process's
                 mpi_backend.silence_stderr()
-                mpi_backend.abort(self.mpi, code)  # MPI_Abort, without Open MPI's banner
+                mpi_backend.abort(getattr(self, "MPI", None), self.mpi, code)  # MPI_Abort, without Open MPI's banner
             self.mpi.Abort(code)
         raise SystemExit(code)
 

@@ -197,8 +197,9 @@ def thread_level_name(MPI, level: int) -> str:
     return f"level {level}"
 
 
-def abort(mpi_comm, code: int) -> None:
-    """End every rank of ``mpi_comm``'s job with status ``code``.
+def abort(MPI, mpi_comm, code: int) -> None:
+    """End every rank of ``mpi_comm``'s job with status ``code`` (``MPI``: the
+    ``mpi4py.MPI`` module of that communicator, or None).
 
     ``MPI_Abort``, except under Open MPI, whose ``MPI_Abort`` first has the
     launcher print a 10-line "MPI_ABORT was invoked" banner (after minips'
@@ -208,8 +209,8 @@ def abort(mpi_comm, code: int) -> None:
     mpiexec then still closes with its own 5-line report of the abort, which
     no rank can silence (it reports every job that ends with a non-zero
     status). Falls back to ``MPI_Abort`` where that function is not found."""
-    MPI = module()
-    if "open mpi" in MPI.get_vendor()[0].lower():
+    get_vendor = getattr(MPI, "get_vendor", None)
+    if get_vendor is not None and "open mpi" in get_vendor()[0].lower():
         fn = _ompi_mpi_abort()
         if fn is not None:
             fn(None, int(code))
