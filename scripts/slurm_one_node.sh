@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on this machine, for trying and testing the batch
+# script examples/slurm_pseudo_sync.sh (tests/test_slurm.py):
+#
+#   scripts/slurm_one_node.sh start [DIR]   # start munged, slurmctld, slurmd; wait until the node is idle
+#   scripts/slurm_one_node.sh stop  [DIR]   # end them (by the pids they wrote) and keep DIR's logs
+#   scripts/slurm_one_node.sh env   [DIR]   # the line to eval before sbatch/squeue: export SLURM_CONF=...
+#
+# DIR (default /tmp/minips-slurm) holds everything: slurm.conf, the munge key
+# and socket, the daemons' state, spool, pid and log files. The daemons listen
+# on their own ports (MINIPS_SLURM_PORT, default 16817, and the next one) and
+# read DIR/slurm.conf only, so they leave any other Slurm or munge on the
+# machine alone; `sbatch` and friends find them through SLURM_CONF.
+#
+# Needs root (slurmd starts jobs as their user; munged and the daemons run as
+# root here, which a real cluster would not do) and Debian's packages:
+#   apt-get install --no-install-recommends slurmctld slurmd slurm-client munge libpmix-dev
+# `start --install` runs that apt-get when the programs are missing. No systemd
+# is needed: the daemons are started directly. Jobs are tracked by process
+# (proctrack/linuxproc) and bound to cores by CPU affinity (task/affinity, so
+# srun's --cpu-bind works), without cgroups: the node is this machine's cores
+# as `slurmd -C` sees them. Open MPI's ranks under srun need Slurm's PMIx
+# plugin (srun --mpi=pmix), which loads libpmix.so: Debian's libpmix-dev.
+#
+# Exit status of start: 0 when the node is up, 3 when it cannot be started here
+# (the one-line reason on stderr: not root, packages missing, a daemon that
+# did not come up, with its log's last lines), so that CI can skip the test.
+set -euo pipefail
+cmd=${1:?"usage: scripts/slurm_one_node.sh {start [--install]|stop|env} [DIR]"}
+shift
+install=0
+if [ "${1:-}" = "--install" ]; then install=1; shift; fi
+DIR=$(realpath -m "${1:-/tmp/minips-slurm}")
+PORT=${MINIPS_SLURM_PORT:-16817}
+conf=$DIR/slurm.conf
+
+cannot() { echo "slurm_one_node: cannot start Slurm here: $*" >&2; exit 3; }
+
+stop_pidfile() {  # end the daemon whose pid is in $1, if it runs; wait for it
+  local f=$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+case "$cmd" in
+  env)
+    echo "export SLURM_CONF=$conf"
+    exit 0 ;;
+  stop)
+    if [ -f "$conf" ]; then
+      SLURM_CONF=$conf scancel --quiet --user="$(id -un)" 2>/dev/null || true
+    fi
+    stop_pidfile "$DIR/slurmd.pid"
+    stop_pidfile "$DIR/slurmctld.pid"
+    stop_pidfile "$DIR/munged.pid"
+    exit 0 ;;
+  start) ;;
+  *) echo "slurm_one_node: unknown command '$cmd': give start, stop or env" >&2; exit 2 ;;
+esac
+
+[ "$(id -u)" = 0 ] || cannot "it needs root (slurmd runs jobs as their user), and this is uid $(id -u)"
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null \
+   || ! command -v munged >/dev/null; then
+  if [ $install = 1 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      slurmctld slurmd slurm-client munge libpmix-dev >/dev/null 2>&1 \
+      || cannot "apt-get install slurmctld slurmd slurm-client munge libpmix-dev failed"
+  else
+    cannot "slurmctld, slurmd, sbatch or munged not found: apt-get install --no-install-recommends slurmctld slurmd slurm-client munge libpmix-dev (or start --install)"
+  fi
+fi
+
+"$0" stop "$DIR"  # a previous cluster in DIR, if any
+mkdir -p "$DIR"/{munge,state,spool}
+chmod 700 "$DIR/munge"
+
+# munge: the key that signs every message between the commands and the daemons
+[ -s "$DIR/munge/munge.key" ] || mungekey --create --keyfile="$DIR/munge/munge.key" \
+  || dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+chmod 600 "$DIR/munge/munge.key"
+munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
+  --pid-file="$DIR/munged.pid" --log-file="$DIR/munged.log" --seed-file="$DIR/munge/munge.seed" \
+  || cannot "munged did not start: $(tail -n 2 "$DIR/munged.log" 2>/dev/null | tr '\n' ' ')"
+
+node=$(hostname -s)
+# this machine as slurmd sees it (CPUs, sockets, cores, threads, memory), less what slurmd prints besides
+hw=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]* //')
+cat > "$conf" <<EOF
+# written by scripts/slurm_one_node.sh: one node, this machine
+ClusterName=minips
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$PORT
+SlurmdPort=$((PORT + 1))
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+# seconds between SIGTERM and SIGKILL at a time limit (Slurm's default)
+KillWait=30
+# a finished job stays visible to squeue/scontrol for 5 minutes
+MinJobAge=300
+NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+
+export SLURM_CONF=$conf
+slurmctld -i -f "$conf" || cannot "slurmctld did not start: $(tail -n 3 "$DIR/slurmctld.log" 2>/dev/null | tr '\n' ' ')"
+slurmd -f "$conf" -N "$node" || cannot "slurmd did not start: $(tail -n 3 "$DIR/slurmd.log" 2>/dev/null | tr '\n' ' ')"
+
+for _ in $(seq 60); do
+  state=$(sinfo --noheader --nodes="$node" --format=%T 2>/dev/null || true)
+  case "$state" in
+    idle*|mixed*|allocated*) echo "slurm_one_node: node $node $state (SLURM_CONF=$conf)"; exit 0 ;;
+  esac
+  sleep 1
+done
+cannot "node $node not idle after 60 s (state '${state:-none}'): $(tail -n 3 "$DIR/slurmd.log" 2>/dev/null | tr '\n' ' ')"
