@@ -278,8 +278,8 @@ def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict 
 def _notebook_file(step: str) -> Path:
     """The file of the notebook this kernel runs: the one Jupyter names (``JPY_SESSION_NAME``,
     relative to the folder it was started in), else ``<step>.ipynb`` (made by ``jupytext --to
-    ipynb``), else ``<step>.py`` (opened as a notebook through jupytext), in the kernel's
-    folder and then in ``tutorials/``.
+    ipynb``) or ``<step>.py`` (opened as a notebook through jupytext), whichever was saved
+    last, in the kernel's folder and then in ``tutorials/``.
 
     Raises:
         FileNotFoundError: none of them exists.
@@ -289,7 +289,8 @@ def _notebook_file(step: str) -> Path:
     if session:
         cands += [Path(session), Path.cwd() / Path(session).name]
     for d in (Path.cwd(), HERE):
-        cands += [d / f"{step}.ipynb", d / f"{step}.py"]
+        pair = [c for c in (d / f"{step}.ipynb", d / f"{step}.py") if c.is_file()]
+        cands.append(max(pair, key=lambda c: c.stat().st_mtime) if pair else d / f"{step}.ipynb")
     for c in cands:
         if c.suffix in (".ipynb", ".py") and c.is_file():
             return c.resolve()
@@ -297,7 +298,7 @@ def _notebook_file(step: str) -> Path:
                             f"{', '.join(str(c) for c in cands)}); save the notebook first")
 
 
-def run_on_ranks(n: int | None = None) -> str | None:
+def run_on_ranks(n: int | None = None) -> None:
     """In Jupyter: run this step's notebook as last saved, your answers included, under
     ``mpiexec -n n`` (``n``: the ranks the step is meant for), showing its output as it
     comes and then the figures it saved. Outside Jupyter (a script, under mpiexec or not)
@@ -306,8 +307,10 @@ def run_on_ranks(n: int | None = None) -> str | None:
 
     Save the notebook first: the file is what runs (the kernel cannot see unsaved edits).
 
-    Returns: the run's output. Raises :class:`RanksRunFailed` if it stopped (an exercise
-    not done or not right, an error: the message is in the output shown above).
+    Raises:
+        RanksRunFailed: the run stopped (an exercise not done or not right, an error: the
+            message is in the output shown above).
+        FileNotFoundError: no saved notebook of this step was found.
     """
     if not IN_NOTEBOOK:
         return None
@@ -329,10 +332,9 @@ def run_on_ranks(n: int | None = None) -> str | None:
     t0 = time.perf_counter()
     p = subprocess.Popen(["mpiexec", "-n", str(n), sys.executable, str(runner), str(src)], cwd=Path.cwd(),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
-    out, figures = [], []
+    figures = []
     try:
         for line in p.stdout:
-            out.append(line)
             print(line, end="", flush=True)
             m = re.match(r"\[figure saved: (.+)\]$", line.strip())
             if m:
@@ -347,7 +349,6 @@ def run_on_ranks(n: int | None = None) -> str | None:
         show_png(f)
     if rc != 0:
         raise RanksRunFailed(f"the run on {n} ranks stopped (exit status {rc}); its output is above")
-    return "".join(out)
 
 
 # --- outputs and figures -------------------------------------------------------------------
