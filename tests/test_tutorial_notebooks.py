@@ -156,8 +156,8 @@ def test_stopped_exercise_shows_its_message_alone(kernel_env, monkeypatch):
     # 2. a wrong answer: the check's message, alone and once
     nb = jupytext.read(TUT / f"{step}.py")
     cell = next(c for c in nb.cells if c.cell_type == "code" and "class Softplus" in c.source)
-    cell.source = cell.source.replace("# YOUR CODE HERE: return dL/da (same shape as a)\n        raise NotImplementedError",
-                                      "return g / (1 + np.exp(self.a))")
+    placeholder = "# YOUR CODE HERE: return dL/da (same shape as a)\n        raise NotImplementedError"
+    cell.source = cell.source.replace(placeholder, "return g / (1 + np.exp(self.a))")
     assert "raise NotImplementedError" not in cell.source
     assert _execute(nb, TUT) is not None
     outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
