@@ -26,23 +26,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
-def one_mpi_job_at_a_time(request, tmp_path_factory):
+def mpi_jobs_share_the_cores(request, tmp_path_factory):
     """Under pytest-xdist (the README's test command runs one worker per core),
-    tests marked ``mpi`` take a lock shared by the workers: two ``mpiexec`` jobs
-    at once would put 4-16 ranks on 2 cores, whose busy-polling MPI waits slow
-    each other into timeouts. The other workers go on with tests that launch no
-    ranks meanwhile. Without xdist there is nothing to share."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or request.node.get_closest_marker("mpi") is None:
+    tests marked ``mpi`` share a lock between the workers: a test marked
+    ``mpi(ranks=N)`` with N > 2 takes it alone, a two-rank one (``mpi``) shares
+    it with other two-rank ones. Two ``mpiexec`` jobs of 4 or 8 ranks at once
+    would put up to 16 busy-polling ranks on 2 cores and slow each other into
+    timeouts; meanwhile the other workers go on with tests that launch no
+    ranks. Without xdist there is nothing to share."""
+    marker = request.node.get_closest_marker("mpi")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or marker is None:
         yield
         return
+    alone = marker.kwargs.get("ranks", 2) > 2
     # every worker's basetemp is a folder of one per-session root
     lock = tmp_path_factory.getbasetemp().parent / "mpi-tests.lock"
     with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first, in their file order: the xdist scheduler
+    hands tests out in this order, so the long ones start early and the end of
+    the run is short tests that fill both cores (longest first)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
