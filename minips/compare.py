@@ -28,7 +28,7 @@ from .report import time_to_target
 from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
 
 __all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "seeds_report",
-           "time_to_target", "traffic_ratio"]
+           "time_to_target", "traffic_ratio", "baseline_run"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -101,16 +101,23 @@ def _without_spec(error: Exception, spec: str) -> str:
     return str(error).removeprefix(f"algorithm spec {spec!r}: ")
 
 
-def traffic_ratio(summary: dict, summaries: list[dict]) -> float | None:
+def traffic_ratio(summary: dict, summaries: list[dict], base: dict | None = None) -> float | None:
     """Bytes sent per rank per step relative to the registry's baseline run in
     the same comparison (None when the baseline is not among them or either
-    did not count its traffic)."""
-    from .distributed.algorithms import BASELINE, resolve
-    base = next((s for s in summaries if resolve(s["algo"]).name == BASELINE
-                 and s.get("bytes_sent_per_step")), None)
+    did not count its traffic). ``base``: that baseline's summary when the
+    caller has found it already (:func:`baseline_run`)."""
+    base = base if base is not None else baseline_run(summaries)
     if base is None or summary.get("bytes_sent_per_step") is None:
         return None
     return summary["bytes_sent_per_step"] / base["bytes_sent_per_step"]
+
+
+def baseline_run(summaries: list[dict]) -> dict | None:
+    """The first summary of the registry's baseline algorithm (sync) that
+    counted its traffic, or None."""
+    from .distributed.algorithms import BASELINE, resolve
+    return next((s for s in summaries if s.get("bytes_sent_per_step") and resolve(s["algo"]).name == BASELINE),
+                None)
 
 
 def markdown_table(summaries: list[dict], target: float | None = None) -> str:
@@ -124,7 +131,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
         metric_cols.append(("rank0_test_accuracy", "rank 0 acc"))
     diverse = any(s.get("consensus_distance") is not None for s in summaries)  # ranks that differ
     metric = metric_cols[0][0]
-    ratios = [traffic_ratio(s, summaries) for s in summaries]
+    base = baseline_run(summaries)  # once: a spec is parsed and checked to find it
+    ratios = [traffic_ratio(s, summaries, base) for s in summaries]
     has_ratio = any(r is not None for r in ratios)
     virt = any(s.get("virtual") for s in summaries)  # ranks were threads: times are not a cluster's
     tag = " (VIRTUAL)" if virt else ""
@@ -205,6 +213,7 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
         ConfigError: an entry that a run would refuse, naming the entry.
     """
     from .config import ConfigError
+    from .data.shared import shared_data
     from .distributed.comm import get_comm
     from .train import Trainer
 
@@ -215,34 +224,36 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
     runs = [(e, s) for s in seeds for e in algos] if many else [(e, None) for e in algos]
     check_algos(base_cfg, algos, out, seeds if many else None)
     comm = get_comm(base_cfg.network, base_cfg.progress, base_cfg.allreduce, base_cfg.ranks_per_node or None)
-    for entry in algos:  # collective: every rank builds every entry once, nothing is written
-        try:
-            Trainer(_run_config(base_cfg, entry, out), comm).preflight()
-        except ValueError as e:
-            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
-    if comm.rank == 0 and base_cfg.overwrite:
-        from .rundir import clear_run_files
-        clear_run_files(out)
-    summaries = []
-    report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
-    for entry, seed in runs:
-        cfg = _run_config(base_cfg, entry, out, seed)
-        if comm.rank == 0 and not cfg.quiet:
-            print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
-        try:
-            summaries.append(Trainer(cfg, comm).run())
-        except BaseException as e:
-            if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
-                _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
-            raise
-        if comm.rank == 0 and len(summaries) < len(runs):
-            _write_report(out, summaries, **report)
-    if comm.rank == 0:
-        from .plots import plot_runs
-        text = _write_report(out, summaries, **report)
-        plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
-        print("\n" + text, flush=True)
-    return summaries
+    # the data set is read and normalised once for all the runs (and their preflights), not once per run
+    with shared_data():
+        for entry in algos:  # collective: every rank builds every entry once, nothing is written
+            try:
+                Trainer(_run_config(base_cfg, entry, out), comm).preflight()
+            except ValueError as e:
+                raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
+        if comm.rank == 0 and base_cfg.overwrite:
+            from .rundir import clear_run_files
+            clear_run_files(out)
+        summaries = []
+        report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
+        for entry, seed in runs:
+            cfg = _run_config(base_cfg, entry, out, seed)
+            if comm.rank == 0 and not cfg.quiet:
+                print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
+            try:
+                summaries.append(Trainer(cfg, comm).run())
+            except BaseException as e:
+                if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
+                    _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
+                raise
+            if comm.rank == 0 and len(summaries) < len(runs):
+                _write_report(out, summaries, **report)
+        if comm.rank == 0:
+            from .plots import plot_runs
+            text = _write_report(out, summaries, **report)
+            plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
+            print("\n" + text, flush=True)
+        return summaries
 
 
 def _run_name(entry: dict, seed: int | None) -> str:
