@@ -97,8 +97,10 @@ def run_cli(args, timeout=120, env=None, cwd=None, process=False):
     the working directory and the signal handlers restored afterwards. That is
     the command's own code path (the same one-line errors and exit status; an
     exception that escapes ``main`` gives status 1 and its traceback in
-    ``stderr``, as Python would), without the 1.3-2 s of CPU a new process
-    spends importing NumPy and Numba. ``process=True`` (or ``env`` or ``cwd``)
+    ``stderr``, as Python would; warnings are printed to ``stderr`` under a new
+    interpreter's filters, not recorded by pytest, so a test sees a NumPy
+    RuntimeWarning where a user would), without the 1.3-2 s of CPU a new
+    process spends importing NumPy and Numba. ``process=True`` (or ``env`` or ``cwd``)
     starts a real ``python -m minips`` instead: for what only a process shows
     (its start-up, the environment it reads at import, signals, exit codes of
     the interpreter itself).
@@ -111,6 +113,7 @@ def run_cli(args, timeout=120, env=None, cwd=None, process=False):
     import io
     import signal
     import traceback
+    import warnings
     from types import SimpleNamespace
 
     from minips.cli import main
@@ -119,7 +122,11 @@ def run_cli(args, timeout=120, env=None, cwd=None, process=False):
     out, err = io.StringIO(), io.StringIO()
     try:
         os.chdir(ROOT)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.resetwarnings()  # a new interpreter's filters: each warning once per place, printed
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
             try:
                 code = main([str(a) for a in args])
             except SystemExit as e:
