@@ -480,9 +480,10 @@ def main(argv=None) -> int:
             from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
         if isinstance(e, KeyboardInterrupt) and not mpi_started():  # before any run: one line, not a traceback
+            from .distributed.comm.mpi import stop_hint
             return fail_before_mpi("interrupted (SIGINT) while starting, before MPI started; ending every rank (to "
-                                   "stop a run and keep a checkpoint, send SIGTERM or Ctrl-C to mpiexec once it "
-                                   "trains)" if under_mpi else "interrupted (SIGINT) while starting; nothing ran", 130)
+                                   f"stop a run and keep a checkpoint once it trains, {stop_hint()})" if under_mpi
+                                   else "interrupted (SIGINT) while starting; nothing ran", 130)
         raise
 
 

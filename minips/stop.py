@@ -3,17 +3,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from .distributed.comm.mpi import STOP_SIGNALS
+
 __all__ = ["StopAgreement"]
 
 
 class StopAgreement:
-    """Stop every rank at the same step when any rank gets SIGTERM or SIGINT.
+    """Stop every rank at the same step when any rank gets a stop signal:
+    SIGTERM, SIGINT or SIGUSR1 (:data:`~minips.distributed.comm.mpi.STOP_SIGNALS`).
 
-    Slurm sends SIGTERM to all tasks before a time limit, but they may be at
-    different steps. Each step every rank posts a 1-element Iallreduce (MAX) of
-    its "stop" flag and reads the result posted one step earlier (long
-    complete by then, so this adds no wait): all ranks see the same value at
-    the same step and stop together. Virtual ranks (threads) register their
+    Slurm sends SIGTERM to all tasks at a time limit (and ``--signal`` a chosen
+    one before it); Hydra's mpiexec (MPICH, Intel MPI) forwards SIGTERM,
+    SIGINT and SIGUSR1 to every rank, Open MPI's only SIGUSR1 (it kills the
+    ranks on SIGTERM and SIGINT). The ranks may be at different steps. Each
+    step every rank posts a 1-element Iallreduce (MAX) of its "stop" flag and
+    reads the result posted one step earlier (long complete by then, so this
+    adds no wait): all ranks see the same value at the same step and stop
+    together. Virtual ranks (threads) register their
     handler with ``comm.signals``, which the process's main thread calls.
     """
 
@@ -29,7 +35,7 @@ class StopAgreement:
         if self._relay is not None:
             self._relay.add(self._handler)
             return
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             try:
                 self._old[sig] = signal.signal(sig, self._handler)
             except ValueError:  # not the main thread

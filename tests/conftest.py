@@ -88,6 +88,46 @@ def subprocess_env(extra=None):
     return e
 
 
+def mpiexec_args(n: int) -> list[str]:
+    """``mpiexec -n n`` (the one on PATH) with the flags its launcher needs to
+    start ranks from a test: Open MPI's ``--allow-run-as-root`` (as root) and
+    ``--oversubscribe`` (more ranks than cores); none for MPICH or Intel MPI
+    (:meth:`minips.distributed.comm.mpi.Launcher.job_args`)."""
+    from minips.bench.launch import mpiexec_command
+    import shutil
+    found = shutil.which("mpiexec")
+    if found is None:  # pragma: no cover - the mpi extra installs it
+        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
+    return mpiexec_command(found, n)
+
+
+def stop_signal():
+    """The signal that stops a job of the ``mpiexec`` on PATH with every rank's
+    checkpoint: SIGTERM under Hydra (MPICH, Intel MPI), SIGUSR1 under Open MPI
+    (whose mpiexec kills the ranks on SIGTERM)."""
+    import shutil
+    import signal
+    from minips.distributed.comm.mpi import mpiexec_launcher
+    return signal.Signals[mpiexec_launcher(shutil.which("mpiexec")).stop_signal]
+
+
+def launcher_lines(text: str) -> list[str]:
+    """The non-blank lines of a job's output, less the launcher's own closing
+    report of an abort, which no rank can silence: Open MPI's mpiexec prints
+    "prterun has exited due to process rank R ... calling "abort"" between
+    two lines of dashes (and a NUL) after any rank's ``MPI_Abort``. Every
+    other line stays (the "MPI_ABORT was invoked" banner of Open MPI's
+    library, which minips avoids, included)."""
+    lines = [ln for ln in text.replace("\x00", "").splitlines() if ln.strip()]
+    dashes = [i for i, ln in enumerate(lines) if set(ln.strip()) == {"-"}]
+    drop = set()
+    for a, b in zip(dashes, dashes[1:]):
+        block = " ".join(lines[a + 1:b])
+        if "has exited due to process rank" in block and '"abort"' in block:
+            drop.update(range(a, b + 1))
+    return [ln for i, ln in enumerate(lines) if i not in drop]
+
+
 def run_cli(args, timeout=120, env=None, cwd=None, process=False):
     """``python -m minips ARGS``, returning what ``subprocess.run`` would
     (``returncode``, ``stdout``, ``stderr``).
@@ -161,14 +201,13 @@ def run_ranks(n, script, *argv, timeout=120, mpi=False):
     import contextlib
     import io
     import runpy
-    import shutil
     import traceback
     from types import SimpleNamespace
 
     if mpi:
         cmd = [sys.executable, str(script), *argv]
         if n:
-            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+            cmd = [*mpiexec_args(n), *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     from minips.distributed.algorithms import ALGORITHMS
     from minips.distributed.comm import virtual
@@ -199,14 +238,13 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
     ``mpi=True`` under ``mpiexec -n n`` (n = 0: one plain process)."""
     import contextlib
     import io
-    import shutil
     from types import SimpleNamespace
 
     args = [str(a) for a in args]
     if mpi:
         cmd = [sys.executable, "-m", "minips", *args]
         if n:
-            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+            cmd = [*mpiexec_args(n), *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     from minips.cli import main
     out, err = io.StringIO(), io.StringIO()

@@ -132,8 +132,9 @@ def add_arguments(p):
                            help=flag.help + "; given to every run")
     p.add_argument("--network", help="emulate an interconnect in the measured runs (as in train)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
-                   help="mpiexec -bind-to core (core:T for T threads a rank) when the ranks fit on the cores "
-                        "(default on)")
+                   help="bind each rank to a core (T cores for T threads a rank; the flag the mpiexec found spells: "
+                        "MPICH -bind-to core[:T], Open MPI --bind-to core, Intel MPI I_MPI_PIN_DOMAIN) when the "
+                        "ranks fit on the cores (default on)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
     p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs and of the report: "
                                                          "scaling.txt (the tables) and scaling.json (unless --json: "

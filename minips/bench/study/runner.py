@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import flag_args, launch_env
+from ..launch import flag_args, launch_env, mpiexec_command
 from .grid import Grid, RunSpec
 
 __all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record"]
@@ -20,7 +20,7 @@ def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.exec
     ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
     option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
     finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
-    launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
+    launch = [python] if spec.virtual else [*mpiexec_command(mpiexec, spec.P), python]
     args = [*launch, "-m", "minips", "train", *flag_args(spec.flags),
             "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
     if spec.variant_options:

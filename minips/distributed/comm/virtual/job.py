@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 
 from ..core import Comm
+from ..mpi import STOP_SIGNALS
 from ..request import JobAborted
 from .communicator import VirtualComm
 from .world import World
@@ -46,7 +47,7 @@ def _one_blas_thread():
 
 @contextmanager
 def _relay_signals(world: World):
-    """In the main thread: SIGINT and SIGTERM go to the ranks' handlers; with
+    """In the main thread: SIGINT, SIGTERM and SIGUSR1 go to the ranks' handlers; with
     none registered, or at a second signal, they abort the job."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -65,7 +66,7 @@ def _relay_signals(world: World):
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
