@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 from ..kernels.threads import cores_on_node
+from ..options import finite_float
 from .launch import MpiexecNotFound, bind_args, launch_env, load_avg, require_mpiexec
 
 
@@ -167,7 +168,7 @@ def add_arguments(p):
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
                    help="mpiexec -bind-to core (core:T for T threads a rank) when ranks x threads fit on the cores "
                         "(default on)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
+    p.add_argument("--timeout", type=finite_float, default=1800, help="seconds per rank count (default 1800)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "
                                                       f"(default {DEFAULT_OUT})")
     p.add_argument("--json", metavar="FILE", help="write the results to this file instead (default "
