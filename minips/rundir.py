@@ -14,7 +14,11 @@ A run folder (``train --out DIR``) holds::
 
 A ``compare --out DIR`` folder holds one run folder per ``--algos`` entry
 (:func:`run_folder`), ``compare.md`` and ``compare.json`` (the summaries, in
-order) and the figures. Every file is written atomically (:func:`atomic_write`).
+order) and the figures, and ``run.lock`` while the compare runs (each run
+also locks its own folder). Every file is written atomically
+(:func:`atomic_write`, :func:`atomic_write_all`, :func:`atomic_savefig`); a
+write that fails (a full disk) raises :class:`WriteError`, one line naming the
+folder and the fix, and leaves no temporary file.
 docs/runs.md describes the folder, the lock and resuming for users.
 """
 from __future__ import annotations

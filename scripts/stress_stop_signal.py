@@ -5,10 +5,11 @@ minutes); tests/test_faults.py reproduces the race it hunts deterministically
 (a hook delivers the signal at the racy point).
 
 A first run without a signal measures how long a run lasts from its first
-line (printed as training starts) to its end; each try then starts ``python -m
-minips train --virtual-ranks P ...`` into a fresh folder, waits for its first
-line, then a random delay in [0, that duration], and signals the process. How
-a try may end:
+line (printed as training starts) to its end (re-estimated from every try that
+runs to its end: the machine's load changes it); each try then starts
+``python -m minips train --virtual-ranks P ...`` into a fresh folder, waits
+for its first line, then a random delay in [0, that duration], and signals the
+process. How a try may end:
 
 - ``stopped``: exit 0, ``summary.json`` says ``"stopped": "signal"`` and
   ``checkpoint.h5`` exists (every rank stopped at the same step);
@@ -137,6 +138,8 @@ def main(argv=None) -> int:
             for n in counts:
                 r = one_try(root, Path(tmp) / f"try{i}-{n}", args, n, rnd.uniform(0, span))
                 tries.append(r)
+                if r["outcome"] in ("noted", "exiting", "LOST", "no signal"):  # it ran to its end: the machine's
+                    span = 0.5 * span + 0.5 * (r["ended_at_s"] - r["first_line_at_s"])  # load changes its length
                 print(f"try {i + 1}/{args.tries}, {n} signal(s) at {r['sent_at_s']} s (first line at "
                       f"{r['first_line_at_s']} s, end at {r['ended_at_s']} s): {r['outcome']} (exit {r['rc']}, "
                       f"stopped {r['stopped']}, steps {r['steps']})", flush=True)
