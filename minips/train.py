@@ -317,6 +317,11 @@ class Trainer:
             if comm.rank == 0:
                 self._write_outputs(out, summary)
                 self._say(report.format_breakdown(summary))
+            if comm.size > 1:  # rank 0 lets go of the signals last: one that any rank got, rank 0 got too
+                if comm.rank != 0:
+                    stopper.close(wait=False)
+                comm.barrier()
+            stopper.close(wait=False)
             if stopper.late:
                 self._say(f"note: the stop signal came after the last step, with nothing left to stop: the run "
                           f"finished and its results are in {out}")
@@ -560,11 +565,15 @@ class Trainer:
         return value
 
     def _diverged(self, value: float):
-        where = self._write_trace_at_divergence()
+        try:
+            where = self._write_trace_at_divergence()
+            trace = f"; the trace up to here is in {where}" if where else ""
+        except OSError as e:  # a full disk: the divergence is still the news, in one line
+            where = rundir.diverged_trace(self.cfg.out, self.comm.rank)
+            trace = f"; the trace up to here could not be written to {where} ({e.strerror or e})"
         raise FloatingPointError(
             f"loss is {value} at step {self.global_step} (rank {self.comm.rank}); training diverged. "
-            "Lower --lr, or check the data; the last checkpoint (if any) is kept"
-            + (f"; the trace up to here is in {where}" if where else ""))
+            "Lower --lr, or check the data; the last checkpoint (if any) is kept" + trace)
 
     def check_replicas(self) -> None:
         """Compare a hash of the weights across ranks; raise if any differ.

@@ -5,11 +5,12 @@ minutes); tests/test_faults.py reproduces the race it hunts deterministically
 (a hook delivers the signal at the racy point).
 
 A first run without a signal measures how long a run lasts from its first
-line (printed as training starts) to its end (re-estimated from every try that
+line (printed as training starts) to its end (taken again from every run that
 runs to its end: the machine's load changes it); each try then starts
 ``python -m minips train --virtual-ranks P ...`` into a fresh folder, waits
 for its first line, then a random delay in [0, that duration], and signals the
-process. How a try may end:
+process (a run that ends before its signal is due is not a try: it is run
+again with a new delay, and counted apart). How a try may end:
 
 - ``stopped``: exit 0, ``summary.json`` says ``"stopped": "signal"`` and
   ``checkpoint.h5`` exists (every rank stopped at the same step);
@@ -134,12 +135,18 @@ def main(argv=None) -> int:
         span = calib["ended_at_s"] - calib["first_line_at_s"]
         print(f"{root}: a run without a signal lasts {span:.1f} s from its first line (exit {calib['rc']})",
               flush=True)
+        missed = 0
         for i in range(args.tries):
             for n in counts:
-                r = one_try(root, Path(tmp) / f"try{i}-{n}", args, n, rnd.uniform(0, span))
+                while True:
+                    r = one_try(root, Path(tmp) / f"try{i}-{n}-{missed}", args, n, rnd.uniform(0, span))
+                    if r["outcome"] in ("noted", "exiting", "LOST", "no signal"):  # it ran to its end: the
+                        span = r["ended_at_s"] - r["first_line_at_s"]  # machine's load changes its length
+                    if r["outcome"] != "no signal":
+                        break
+                    missed += 1  # it ended before its signal was due: not a try; again, with the new length
+                    print(f"(a run ended before its signal was due; {missed} so far, not counted)", flush=True)
                 tries.append(r)
-                if r["outcome"] in ("noted", "exiting", "LOST", "no signal"):  # it ran to its end: the machine's
-                    span = 0.5 * span + 0.5 * (r["ended_at_s"] - r["first_line_at_s"])  # load changes its length
                 print(f"try {i + 1}/{args.tries}, {n} signal(s) at {r['sent_at_s']} s (first line at "
                       f"{r['first_line_at_s']} s, end at {r['ended_at_s']} s): {r['outcome']} (exit {r['rc']}, "
                       f"stopped {r['stopped']}, steps {r['steps']})", flush=True)
@@ -149,9 +156,10 @@ def main(argv=None) -> int:
     for n in counts:
         mine = [r for r in tries if r["signals"] == n]
         print(f"{n:>8} {len(mine):>6} " + " ".join(f"{sum(r['outcome'] == k for r in mine):>8}" for k in kinds))
-    print(f"{time.time() - t0:.0f} s; load average before {load0[0]:.1f}, after {load1[0]:.1f}")
+    print(f"{time.time() - t0:.0f} s; {missed} run(s) ended before their signal was due (not counted); load "
+          f"average before {load0[0]:.1f}, after {load1[0]:.1f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"root": str(root), "args": vars(args), "run_s": span,
+        Path(args.json).write_text(json.dumps({"root": str(root), "args": vars(args), "run_s": span, "missed": missed,
                                                "load_before": load0, "load_after": load1, "tries": tries},
                                               indent=1) + "\n")
     return 1 if any(r["outcome"] in ("LOST", "FAILED") for r in tries) else 0

@@ -350,12 +350,16 @@ def test_a_grid_with_an_infinite_number_is_refused(tmp_path):
         load_grid(grid)
 
 
-def test_a_diverging_run_prints_its_one_line_and_no_numpy_warning(tmp_path):
+def test_a_diverging_run_prints_its_one_line_and_no_numpy_warning(tmp_path, full_disk):
+    """NumPy's overflow warnings used to print before the one line; and a full
+    disk when the diverged trace is written must not hide the divergence."""
     import warnings
+    full_disk.append("trace-diverged")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = cli_on_ranks(2, ["train", *TINY, "--lr", "1e6", "--max-steps", "20", "--out", tmp_path / "run"])
     assert r.returncode != 0 and len(lines(r.stderr)) == 1 and "loss is nan" in r.stderr, r.stderr
+    assert f"the trace up to here could not be written to {tmp_path / 'run'}" in r.stderr and ENOSPC in r.stderr
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
