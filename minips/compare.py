@@ -238,6 +238,9 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
     error, owner = comm.bcast_obj((error, lock.owner if lock is not None else None))
     if error:
         raise RunFolderError(error)
+    if lock is not None and lock.replaced and not base_cfg.quiet:
+        print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
+              "no longer runs", flush=True)
     try:
         return _run_all(base_cfg, comm, runs, out, target, seeds if many else None, within)
     except BaseException:

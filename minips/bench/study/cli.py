@@ -92,6 +92,9 @@ def run(args) -> int:
     # had just finished). --report-only only reads the runs (and writes the
     # report atomically): it may look at a study in progress.
     lock = None if args.report_only else take_lock(root)
+    if lock is not None and lock.replaced:
+        print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
+              "no longer runs (a study killed before it ended)", flush=True)
     try:
         return _run(args, grid, root, specs, mpiexec)
     finally:
