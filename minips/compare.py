@@ -25,7 +25,7 @@ import dataclasses
 from pathlib import Path
 
 from .report import time_to_target
-from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
+from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write_all, json_text, run_folder
 
 __all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "seeds_report",
            "time_to_target", "traffic_ratio", "baseline_run"]
@@ -74,8 +74,9 @@ def check_algos(base_cfg, algos: list[dict], out, seeds: list[int] | None = None
     """
     from .config import ConfigError, check_out_dir
 
-    from .rundir import check_fresh
+    from .rundir import check_fresh, check_unlocked
     out = check_out_dir(out)
+    check_unlocked(out)  # another compare writes this folder (it holds OUT/run.lock while it runs)
     check_fresh(out, base_cfg.overwrite)  # an older compare's runs and table would be mixed with this one's
     seen = {}
     for entry, seed in [(e, s) for s in (seeds or [None]) for e in algos]:
@@ -84,6 +85,7 @@ def check_algos(base_cfg, algos: list[dict], out, seeds: list[int] | None = None
             raise ConfigError(f"--algos entries {seen[cfg.out]!r} and {entry['label']!r} are the same run "
                               f"(both would write {cfg.out}); list each algorithm once")
         seen[cfg.out] = entry["label"]
+        check_unlocked(cfg.out)  # a run (of any seed) in progress there: refused before --overwrite clears it
         try:
             cfg.validate()
             spec = cfg.resolve_algo()
@@ -231,29 +233,66 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
                 Trainer(_run_config(base_cfg, entry, out), comm).preflight()
             except ValueError as e:
                 raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
-        if comm.rank == 0 and base_cfg.overwrite:
-            from .rundir import clear_run_files
+        return _locked_run_all(base_cfg, comm, runs, out, target, seeds if many else None, within)
+
+
+def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+    """Take the folder's lock, clear it under --overwrite, and train the runs."""
+    # Rank 0 takes the folder's lock (OUT/run.lock) for the whole comparison
+    # before --overwrite clears anything, so that a second compare into the
+    # same folder is refused instead of deleting this one's finished runs
+    # (each run also locks its own subfolder); the outcome is broadcast.
+    from .rundir import LOCK, RunFolderError, clear_run_files, release_lock_of, take_lock
+    lock, error = None, None
+    if comm.rank == 0:
+        try:
+            lock = take_lock(out)
+        except RunFolderError as e:
+            error = str(e)
+        if lock is not None and base_cfg.overwrite:
             clear_run_files(out)
-        summaries = []
-        report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
-        for entry, seed in runs:
-            cfg = _run_config(base_cfg, entry, out, seed)
-            if comm.rank == 0 and not cfg.quiet:
-                print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
-            try:
-                summaries.append(Trainer(cfg, comm).run())
-            except BaseException as e:
-                if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
-                    _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
-                raise
-            if comm.rank == 0 and len(summaries) < len(runs):
-                _write_report(out, summaries, **report)
-        if comm.rank == 0:
-            from .plots import plot_runs
-            text = _write_report(out, summaries, **report)
-            plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
-            print("\n" + text, flush=True)
-        return summaries
+    error, owner = comm.bcast_obj((error, lock.owner if lock is not None else None))
+    if error:
+        raise RunFolderError(error)
+    if lock is not None and lock.replaced and not base_cfg.quiet:
+        print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
+              "no longer runs", flush=True)
+    try:
+        return _run_all(base_cfg, comm, runs, out, target, seeds, within)
+    except BaseException:
+        if owner is not None and comm.rank != 0:  # rank 0 may be killed by this rank's abort: free its lock
+            release_lock_of(out / LOCK, owner)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+    """Train the runs of :func:`run_compare` one after the other and write the
+    report after each (the folder's lock is held by the caller)."""
+    from .train import Trainer
+
+    summaries = []
+    report = dict(runs=runs, target=target, seeds=seeds, within=within)
+    for entry, seed in runs:
+        cfg = _run_config(base_cfg, entry, out, seed)
+        if comm.rank == 0 and not cfg.quiet:
+            print(f"\n=== {entry['label']}" + (f", seed {seed}" if seed is not None else "") + " ===", flush=True)
+        try:
+            summaries.append(Trainer(cfg, comm).run())
+        except BaseException as e:
+            if comm.rank == 0 and summaries:  # what finished stays reported (the CLI then ends the job)
+                _write_report(out, summaries, failed=(_run_name(entry, seed), e), **report)
+            raise
+        if comm.rank == 0 and len(summaries) < len(runs):
+            _write_report(out, summaries, **report)
+    if comm.rank == 0:
+        from .plots import plot_runs
+        text = _write_report(out, summaries, **report)
+        plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
+        print("\n" + text, flush=True)
+    return summaries
 
 
 def _run_name(entry: dict, seed: int | None) -> str:
@@ -300,8 +339,7 @@ def _write_report(out: Path, summaries: list[dict], runs: list[tuple], target, s
         rest = [m for m in missing if failed is None or m != failed[0]]
         if rest:
             text += f" Not run{' yet' if failed is None else ''}: {', '.join(rest)}."
-    atomic_write(out / COMPARE_MD, text + "\n")
-    write_json(out / COMPARE_JSON, summaries)
+    atomic_write_all({out / COMPARE_MD: text + "\n", out / COMPARE_JSON: json_text(summaries)})  # both or neither
     return text
 
 

@@ -27,7 +27,7 @@ import math
 import typing
 
 __all__ = ["TRUE_WORDS", "FALSE_WORDS", "parse_literal", "convert_value", "base_type", "option_rows",
-           "options_dict", "fields_of", "type_hints"]
+           "options_dict", "fields_of", "type_hints", "finite_float"]
 
 #: the words a boolean option accepts (any case); 1 and 0 are accepted too, as numbers
 TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on"), ("false", "no", "off")
@@ -113,6 +113,25 @@ def convert_value(value, tp, where: str):
             return dict(value)
         raise ValueError(f"{where} must be a table of options, got {value!r}")
     return value if isinstance(value, str) else str(value)
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type`` for a number option: ``float(text)``, refusing NaN
+    and infinities, which ``float`` accepts but no option means (``--timeout
+    inf``, ``--within nan``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or not finite (argparse
+            reports it with the flag's name).
+    """
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def _default(f):
