@@ -1,13 +1,13 @@
 """Run a tutorial step's notebook as a script: what ``run_on_ranks`` launches under mpiexec.
 
-    mpiexec -n 2 python tutorials/_run_notebook.py tutorials/05_sync_sgd.ipynb
+    mpiexec -n 2 python tutorials/_run_notebook.py NOTEBOOK   # e.g. step 5's notebook, saved as .ipynb
 
 A step opened in Jupyter runs on one process. To run it on several, the
 notebook's code, as last saved (the student's answers included), has to run
 in every rank: this script reads the notebook (an ``.ipynb``, or the step's
 jupytext ``.py``), turns it into the script jupytext would write (IPython
 magics such as ``%env`` or ``!cmd`` become comments), and runs it as
-``__main__``, exactly as ``python tutorials/NN_step.py`` runs the file. An
+``__main__``, exactly as ``python`` runs the step's ``.py`` file. An
 exercise that stops the step stops it here too, with its message.
 """
 from __future__ import annotations
