@@ -43,6 +43,7 @@ import tempfile
 from pathlib import Path
 
 from ..kernels.threads import cores_on_node
+from ..options import finite_float
 from .launch import MpiexecNotFound, bind_args, binds_to_cores, launch_env, load_avg, mpiexec_command, require_mpiexec
 
 
@@ -171,7 +172,7 @@ def add_arguments(p):
                    help="bind each rank to a core (T cores for T threads a rank; the flag the mpiexec found spells: "
                         "MPICH -bind-to core[:T], Open MPI --bind-to core, Intel MPI I_MPI_PIN_DOMAIN) when ranks x "
                         "threads fit on the cores (default on)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
+    p.add_argument("--timeout", type=finite_float, default=1800, help="seconds per rank count (default 1800)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "
                                                       f"(default {DEFAULT_OUT})")
     p.add_argument("--json", metavar="FILE", help="write the results to this file instead (default "

@@ -58,10 +58,9 @@ def _relay_signals(world: World):
         if not seen and world.signals.deliver(signum, frame):
             seen.append(signum)
             return
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"[minips] {name}: ending every virtual rank\n")
-        sys.stderr.flush()
-        world.abort(None, 128 + signum)
+        if world.abort(None, 128 + signum):  # the first abort says why (a later signal ends the wait for the ranks)
+            sys.stderr.write(f"[minips] {signal.Signals(signum).name}: ending every virtual rank\n")
+            sys.stderr.flush()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
