@@ -12,7 +12,9 @@
 # 32 ranks on), Nesterov momentum, a cosine schedule.
 #
 # At the time limit. Slurm sends SIGUSR1 to this script 180 s before the limit
-# (--signal=B:USR1@180; Slurm may send it up to a minute early). The script passes it
+# (--signal=B:USR1@180; it checks time limits every 30 s and sends the signal at
+# the first check within 210 s of the limit, so 180 to 210 s before it; its
+# documentation allows up to a minute early). The script passes it
 # to the launcher, which forwards it to every rank (SIGUSR1 is the one stop signal
 # that srun, MPICH's and Intel MPI's Hydra and Open MPI's mpiexec all forward; Open
 # MPI's mpiexec kills the ranks on SIGTERM). The ranks finish their step, agree on
@@ -134,7 +136,7 @@ wait "$pid" 2>/dev/null; last=$?; if [ "$last" != 127 ]; then status=$last; fi
 
 stopped=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("stopped") or "")' \
           "$out/summary.json" 2>/dev/null || true)
-echo "launcher exit $status; run ${stopped:-not stopped} ($out/summary.json: \"stopped\"); $(date -Is)"
+echo "launcher exit $status; stopped: ${stopped:-null} ($out/summary.json); $(date -Is)"
 if [ "$stop_requested" = 1 ] && { [ "$stopped" = signal ] || [ "$status" != 0 ]; } && [ -f "$out/checkpoint.h5" ]; then
     echo "requeueing job $SLURM_JOB_ID: it resumes from $out/checkpoint.h5"
     scontrol requeue "$SLURM_JOB_ID"

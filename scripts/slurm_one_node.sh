@@ -8,9 +8,18 @@
 #
 # DIR (default /tmp/minips-slurm) holds everything: slurm.conf, the munge key
 # and socket, the daemons' state, spool, pid and log files. The daemons listen
-# on their own ports (MINIPS_SLURM_PORT, default 16817, and the next one) and
-# read DIR/slurm.conf only, so they leave any other Slurm or munge on the
-# machine alone; `sbatch` and friends find them through SLURM_CONF.
+# on their own ports (MINIPS_SLURM_PORT and the next one; by default the first
+# free pair from 16817 on) and read DIR/slurm.conf only, so they leave any other
+# Slurm or munge on the machine alone (two clusters in two DIRs can run side by
+# side); `sbatch` and friends find them through SLURM_CONF. Each start begins
+# with an empty queue: the state of a cluster DIR held before is cleared.
+#
+# Made for short test jobs: a requeued job may start again after 5 s (Slurm's
+# default is 120: AuthInfo's cred_expire), and the scheduler looks at pending
+# jobs every 2 s (default 60, backfill 30). The time limits themselves are
+# checked every 30 s, as on any Slurm: a job's --signal=B:SIG@N comes between
+# N and N - 30 s before its limit. Jobs that ask for it (sbatch --oversubscribe)
+# may share cores (OverSubscribe=YES: up to 4 jobs a core).
 #
 # Needs root (slurmd starts jobs as their user; munged and the daemons run as
 # root here, which a real cluster would not do) and Debian's packages:
@@ -31,7 +40,6 @@ shift
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 DIR=$(realpath -m "${1:-/tmp/minips-slurm}")
-PORT=${MINIPS_SLURM_PORT:-16817}
 conf=$DIR/slurm.conf
 
 cannot() { echo "slurm_one_node: cannot start Slurm here: $*" >&2; exit 3; }
@@ -77,7 +85,26 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
 fi
 
 "$0" stop "$DIR"  # a previous cluster in DIR, if any
+rm -rf "$DIR/state" "$DIR/spool"  # and its jobs
 mkdir -p "$DIR"/{munge,state,spool}
+
+free_pair() {  # the first port p >= $1 with p and p + 1 free on this machine
+  python3 - "$1" <<'PY'
+import socket, sys
+p = int(sys.argv[1])
+def free(q):
+    with socket.socket() as s:
+        try:
+            s.bind(("", q))
+            return True
+        except OSError:
+            return False
+while not (free(p) and free(p + 1)):
+    p += 2
+print(p)
+PY
+}
+PORT=${MINIPS_SLURM_PORT:-$(free_pair 16817)}
 chmod 700 "$DIR/munge"
 
 # munge: the key that signs every message between the commands and the daemons
@@ -94,11 +121,13 @@ hw=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]* //')
 cat > "$conf" <<EOF
 # written by scripts/slurm_one_node.sh: one node, this machine
 ClusterName=minips
+MailProg=/bin/true
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$PORT
 SlurmdPort=$((PORT + 1))
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=5
+SchedulerParameters=sched_interval=2,bf_interval=2
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -122,7 +151,7 @@ KillWait=30
 # a finished job stays visible to squeue/scontrol for 5 minutes
 MinJobAge=300
 NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 
 export SLURM_CONF=$conf
