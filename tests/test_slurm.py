@@ -1,8 +1,8 @@
 """The Slurm batch example, examples/slurm_pseudo_sync.sh: its launch line
 for each launcher and MPI (``MINIPS_DRY_RUN=1``, no Slurm needed), and the job
-itself, submitted with ``sbatch`` to a running Slurm (the one-node cluster of scripts/slurm_one_node.sh:
-.ci/run starts it and runs this file with ``-m slurm`` when it comes up; the
-default test run deselects the marker). A job whose time limit hits stops at
+itself, submitted with ``sbatch`` to a running Slurm (the one-node cluster
+of scripts/slurm_one_node.sh: .ci/run starts it and runs this file with
+``-m slurm`` when it comes up; the default test run deselects the marker). A job whose time limit hits stops at
 Slurm's SIGUSR1 with every rank's checkpoint, requeues itself and, requeued,
 resumes and finishes with the trajectory of the same job run without a stop:
 the same metrics.csv (all but the timings), summary and final weights, bitwise.
@@ -40,7 +40,8 @@ TINY = ["--model", "mlp", "--epochs", "3", "--batch-size", "64", "--lr", "0.05",
         "--checkpoint-every", "50", "--network", "alpha=0.1,beta=0"]
 DONE = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
         "PREEMPTED"}
-#: srun's PMI for the MPI of this environment (MPICH's and Intel MPI's libraries speak PMI-2's wire protocol)
+#: srun's --mpi for the MPI of this environment (.ci/run's is the mpich wheel: pmi2, tested; Open MPI 5 needs
+#: pmix, Intel MPI pmi2 with I_MPI_PMI_LIBRARY set to Slurm's libpmi2.so: not tried here)
 SRUN_MPI = {"mpich": "pmi2", "intel": "pmi2", "openmpi": "pmix"}
 
 
