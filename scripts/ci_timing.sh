@@ -18,7 +18,7 @@ cg=/sys/fs/cgroup/cpuacct/minips-ci-timing-$mpi-$label
 rmdir "$cg" 2>/dev/null; mkdir "$cg" || { echo "ci_timing: cannot make the cgroup $cg (root and cgroup v1 cpuacct needed)" >&2; exit 2; }
 {
   echo "date: $(date -Is)"
-  echo "host: $(python3 -c 'from minips.kernels.cpuinfo import describe; print(describe())' 2>/dev/null || nproc)"
+  echo "host: $(.venv-mpi/$mpi/bin/python -c 'from minips.kernels.cpuinfo import describe; print(describe())' 2>/dev/null || nproc)"
   echo "command: nice -n 10 /usr/bin/time -v scripts/mpi_tests.sh $mpi $*"
   echo "uptime before: $(uptime)"
 } > "$out"
