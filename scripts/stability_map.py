@@ -122,6 +122,7 @@ def load_config(path: Path, rules: list[str] | None = None) -> dict:
            "seeds": [int(s) for s in raw["seeds"]], "boundary_seeds": [int(s) for s in raw.get("boundary_seeds", [])],
            "lrs": lrs, "train": dict(raw["train"]), "env": {k: str(v) for k, v in raw.get("env", {}).items()},
            "timeout_s": float(raw.get("timeout_s", 7200)), "chance": float(raw.get("chance", 0.11)),
+           "centre_lr": float(raw.get("centre_lr", 0.1)),
            "source": str(path)}
     from minips.distributed.algorithms import resolve
     for r in cfg["rules"]:
@@ -193,12 +194,20 @@ def boundary_cells(cfg: dict, done: dict) -> set[tuple[str, int, float]]:
 
 def all_cells(cfg: dict, done: dict) -> list[Cell]:
     """Every run the grid asks for, given the runs done so far: the first seeds in
-    every cell (sync first, so the map's top is known early), then the boundary seeds."""
-    cells = [Cell(rule, P, lr, s) for s in cfg["seeds"] for rule in cfg["rules"] for P in cfg["ranks"]
-             for lr in sorted(cfg["lrs"][P], reverse=True)]
+    every cell, then the boundary seeds. Learning rates run from ``centre_lr``
+    outwards (0.16, 0.32, 0.08, 0.64, ...), each at every P and rule, so that a map
+    cut short has every rule at the middle rates."""
+    import math
+
+    def key(c: Cell):
+        return (abs(math.log2(c.lr / cfg["centre_lr"])), -c.lr, c.P, cfg["rules"].index(c.rule))
+
+    cells = sorted((Cell(rule, P, lr, s) for s in cfg["seeds"] for rule in cfg["rules"] for P in cfg["ranks"]
+                    for lr in cfg["lrs"][P]), key=lambda c: (cfg["seeds"].index(c.seed), key(c)))
     edge = boundary_cells(cfg, done)
-    cells += [Cell(rule, P, lr, s) for s in cfg["boundary_seeds"] for rule in cfg["rules"] for P in cfg["ranks"]
-              for lr in sorted(cfg["lrs"][P], reverse=True) if (rule, P, lr) in edge]
+    cells += sorted((Cell(rule, P, lr, s) for s in cfg["boundary_seeds"] for rule in cfg["rules"]
+                     for P in cfg["ranks"] for lr in cfg["lrs"][P] if (rule, P, lr) in edge),
+                    key=lambda c: (cfg["boundary_seeds"].index(c.seed), key(c)))
     return cells
 
 
