@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 42's stability map (docs/accuracy.md section 10), run on one frozen commit: the code of
-# COMMIT (default HEAD) is unpacked into runs/map-code-COMMIT (its kernels as minips.kernels, so
-# that nothing of the live checkout is imported), and scripts/stability_map.py runs from there
-# with the live checkout's config, raw folder (docs/bench/scale/map) and data. Resumable: run the
-# same command again and it skips every finished cell. Extra arguments go to `stability_map.py run`
-# (e.g. --rules A,B for a new candidate rule, --commit to commit each run's raw files).
+# Issue 42's stability map (docs/accuracy.md section 10), trained by the code of one frozen commit:
+# the tree of COMMIT (default HEAD) is unpacked into runs/map-code-COMMIT (its kernels as
+# minips.kernels, so that nothing of the live checkout is imported), the driver
+# scripts/stability_map.py is copied there from the checkout (it only schedules and copies: the
+# code that trains is COMMIT's), and it runs from there with the checkout's config, raw folder
+# (docs/bench/scale/map) and data. Resumable: run the same command again (with the same COMMIT) and
+# it skips every finished cell. Extra arguments go to `stability_map.py run` (e.g. --rules A,B for a
+# new candidate rule, --commit to commit each run's raw files).
 #   nice -n 15 scripts/run_stability_map.sh [COMMIT] [--workers 2] [--commit] [--rules ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ if [[ ! -f $CODE/COMMIT ]]; then
     echo "$SHORT" > "$CODE.tmp/COMMIT"
     rm -rf "$CODE" && mv "$CODE.tmp" "$CODE"
 fi
+cp scripts/stability_map.py "$CODE/scripts/stability_map.py"
 cd "$CODE"
 export MINIPS_DATA_DIR=${MINIPS_DATA_DIR:-$HERE/data}
 exec "${PYTHON:-python}" scripts/stability_map.py run --config "$HERE/configs/stability-map.toml" \

@@ -194,21 +194,23 @@ def boundary_cells(cfg: dict, done: dict) -> set[tuple[str, int, float]]:
 
 def all_cells(cfg: dict, done: dict) -> list[Cell]:
     """Every run the grid asks for, given the runs done so far: the first seeds in
-    every cell, then the boundary seeds. Learning rates run from ``centre_lr``
-    outwards (0.16, 0.32, 0.08, 0.64, ...), each at every P and rule, so that a map
-    cut short has every rule at the middle rates."""
+    every cell and the boundary seeds in the cells next to a boundary, in the order
+    they run: learning rates from ``centre_lr`` outwards (with ``centre_lr`` at the
+    grid's top, from the top down: the boundaries are found first, and a map cut
+    short lacks the low rates, where every rule trains), each at every P and rule,
+    a boundary cell's second seed right after the first seeds of its rate."""
     import math
 
     def key(c: Cell):
-        return (abs(math.log2(c.lr / cfg["centre_lr"])), -c.lr, c.P, cfg["rules"].index(c.rule))
+        return (abs(math.log2(c.lr / cfg["centre_lr"])), -c.lr, c.seed not in cfg["seeds"], c.P,
+                cfg["rules"].index(c.rule))
 
-    cells = sorted((Cell(rule, P, lr, s) for s in cfg["seeds"] for rule in cfg["rules"] for P in cfg["ranks"]
-                    for lr in cfg["lrs"][P]), key=lambda c: (cfg["seeds"].index(c.seed), key(c)))
     edge = boundary_cells(cfg, done)
-    cells += sorted((Cell(rule, P, lr, s) for s in cfg["boundary_seeds"] for rule in cfg["rules"]
-                     for P in cfg["ranks"] for lr in cfg["lrs"][P] if (rule, P, lr) in edge),
-                    key=lambda c: (cfg["boundary_seeds"].index(c.seed), key(c)))
-    return cells
+    cells = [Cell(rule, P, lr, s) for s in cfg["seeds"] for rule in cfg["rules"] for P in cfg["ranks"]
+             for lr in cfg["lrs"][P]]
+    cells += [Cell(rule, P, lr, s) for s in cfg["boundary_seeds"] for rule in cfg["rules"]
+              for P in cfg["ranks"] for lr in cfg["lrs"][P] if (rule, P, lr) in edge]
+    return sorted(cells, key=key)
 
 
 def pending(cfg: dict, raw: Path) -> tuple[list[Cell], bool]:
@@ -279,6 +281,7 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool) -> 
     spec = RunSpec(cell.P, f"lr{cell.lr:g}", cell.rule, cell.seed, flags, {}, virtual=True)
     run_dir = out / cell.rel / "run"
     spec.out = lambda root, d=run_dir: d  # this map's folder layout
+    earlier = (run_dir / "summary.json").exists()  # finished by a worker that stopped before copying it
     load0 = load_avg()
     t0 = time.time()
     rec = run_one(spec, out, grid, "mpiexec", lambda m: log(f"  {cell}: {m.strip()}"))
@@ -299,7 +302,9 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool) -> 
     o = outcome(summary, cfg["chance"])
     what = (f"val {summary['val_accuracy']:.4f} test {summary['test_accuracy']:.4f}" if o != "diverged"
             else f"step {diverged_step(summary)}")
-    log(f"{cell}: {o} {what} ({wall:.0f} s; load {load0} -> {load_avg()}; code {_commit_of(ROOT)})")
+    took = (f"finished earlier, {summary['wall_time_s']:.0f} s" if earlier and "wall_time_s" in summary else
+            "finished earlier" if earlier else f"{wall:.0f} s; load {load0} -> {load_avg()}")
+    log(f"{cell}: {o} {what} ({took}; code {_commit_of(ROOT)})")
     if commit:
         _git_commit(raw, f"stability map: {cell}: {o} ({what})")
     return o
