@@ -251,7 +251,7 @@ def cmd_sharpness(args) -> int:
     rows = []
     for s in snaps:
         t = int(s.stem.split("step")[1])
-        if args.every and t % args.every:
+        if (args.steps and t not in args.steps) or (not args.steps and args.every and t % args.every):
             continue
         w = np.load(s).astype(np.float64)
         lg = top_eigenvalue(grad_on(global_idx), w, args.iters)
@@ -284,16 +284,163 @@ def main(argv=None) -> int:
     s.add_argument("diag", help="a folder written by run")
     s.add_argument("--iters", type=int, default=20)
     s.add_argument("--every", type=int, default=4, help="use the snapshots of every N-th step")
+    s.add_argument("--steps", type=lambda v: [int(x) for x in v.split(",")], help="these steps' snapshots only")
     s.add_argument("--rank-batches", type=int, default=8)
     q = sub.add_parser("report")
     q.add_argument("folder")
+    q.add_argument("--local", default="local-P32-lr0.32", help="the diagnosed run's folder in FOLDER")
+    q.add_argument("--sync", default="sync-P32-lr0.32", help="sync's run's folder in FOLDER")
     q.add_argument("--figure", default=str(ROOT / "docs" / "figures" / "divergence-diagnosis.png"))
     args = p.parse_args(argv)
     return {"run": cmd_run, "sharpness": cmd_sharpness, "report": cmd_report}[args.cmd](args)
 
 
+def _load(folder: Path) -> dict:
+    meta = json.loads((folder / "steps.json").read_text())
+    rows = list(csv.DictReader(open(folder / "ranks.csv")))
+    ranks: dict = {}
+    for r in rows:
+        ranks.setdefault(int(r["step"]), []).append({k: (float(v) if v not in ("", None) else float("nan"))
+                                                      for k, v in r.items()})
+    meta["ranks"] = ranks
+    sh = folder / "sharpness.json"
+    meta["sharpness"] = json.loads(sh.read_text())["rows"] if sh.exists() else []
+    return meta
+
+
+def first_to_blow_up(d: dict) -> int:
+    """The rank whose consensus term ||w^i - w-bar||^2 is largest at the last logged step."""
+    last = max(d["ranks"])
+    return int(max(d["ranks"][last], key=lambda r: r["cons"])["rank"])
+
+
+def report_text(local: dict, sync: dict) -> str:
+    from minips.labs.staleness import largest_stable_steps
+
+    th = largest_stable_steps(1)
+    bad = first_to_blow_up(local)
+    last = max(local["ranks"])
+    lines = [f"`{local['algo']}` against `{sync['algo']}` at P = {local['P']}, lr {local['lr']:g} x P "
+             f"= {local['lr_after_warmup']:g} after a warm-up of half an epoch, seed {local['seed']}: "
+             f"{local['error'] or 'finished'}; the rank whose weights leave first: {bad}", "",
+             "| step | lr | consensus | rank %d: loss / ‖g‖ / ‖correction‖ / ‖v‖ / ‖Δw‖ | other ranks (median): "
+             "loss / ‖g‖ / ‖correction‖ / ‖v‖ / ‖Δw‖ | sync: ‖Δw‖ (median) / ‖g‖ (median) |" % bad,
+             "|---:|---:|---:|---|---|---|"]
+    steps = sorted(local["ranks"])
+    show = [t for t in steps if t % 8 == 0 or t >= last - 9]
+
+    def med(rs, k):
+        v = [r[k] for r in rs if np.isfinite(r[k])]
+        return float(np.median(v)) if v else float("nan")
+
+    for t in show:
+        rs = local["ranks"][t]
+        b = next(r for r in rs if int(r["rank"]) == bad)
+        others = [r for r in rs if int(r["rank"]) != bad]
+        srow = next((s for s in local["steps"] if s["step"] == t), {})
+        sy = sync["ranks"].get(t)
+        syn = f"{med(sy, 'dw_norm'):.3g} / {med(sy, 'g_norm'):.3g}" if sy else "-"
+        lines.append(f"| {t} | {rs[0]['lr']:.4f} | {srow.get('consensus', float('nan')):.3g} "
+                     f"| {b['loss']:.3g} / {b['g_norm']:.3g} / {b['corr_norm']:.3g} / {b['v_norm']:.3g} / "
+                     f"{b['dw_norm']:.3g} | {med(others, 'loss'):.3g} / {med(others, 'g_norm'):.3g} / "
+                     f"{med(others, 'corr_norm'):.3g} / {med(others, 'v_norm'):.3g} / {med(others, 'dw_norm'):.3g} "
+                     f"| {syn} |")
+    if local["sharpness"]:
+        lines += ["", f"Largest Hessian eigenvalue at the averaged weights (power iteration, eval mode) on one "
+                  f"global batch ({16 * local['P']} images) and on one rank's batch (16 images, mean of 8), "
+                  f"times the step's learning rate, against the thresholds {th['local_deviation']:.3f} "
+                  f"(a rank's difference under local) and {th['synchronous']:.3f} (sync):", "",
+                  "| step | lr | λ global batch | λ rank batch | lr λ global | lr λ rank |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        lrs = {s["step"]: s["lr"] for s in local["steps"]}
+        for r in local["sharpness"]:
+            lr = lrs[r["step"]]
+            lines.append(f"| {r['step']} | {lr:.4f} | {r['lam_global']:.3g} | {r['lam_rank']:.3g} "
+                         f"| {lr * r['lam_global']:.3f} | {lr * r['lam_rank']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(local: dict, sync: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from minips.labs.staleness import largest_stable_steps
+
+    th = largest_stable_steps(1)
+    bad = first_to_blow_up(local)
+    steps = sorted(local["ranks"])
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    top = 1e4   # the panels stop here: past it every rank is on its way to overflow (the table has the numbers)
+
+    def series(d, rank, key):
+        return [next((r[key] for r in d["ranks"][t] if int(r["rank"]) == rank), np.nan) for t in sorted(d["ranks"])]
+
+    panels = [(axes[0, 0], "cons", "‖w^i - mean w‖² after the step (each rank)"),
+              (axes[0, 1], "dw_norm", "update norm ‖Δw^i‖"),
+              (axes[1, 0], "corr_norm", "correction ‖g^i_t - g^i_{t-1}‖ (local); ‖g^i_t‖ (sync)"),
+              (axes[1, 1], "v_norm", "momentum buffer ‖v^i‖")]
+    for ax, key, title in panels:
+        for rank in range(local["P"]):
+            ys = series(local, rank, key)
+            ax.plot(steps, ys, color="#d62728" if rank == bad else "#1f77b4", lw=2 if rank == bad else 0.5,
+                    alpha=1 if rank == bad else 0.35, zorder=3 if rank == bad else 2)
+        if key != "cons":
+            sk = "g_norm" if key == "corr_norm" else key
+            ss = sorted(sync["ranks"])
+            ax.plot(ss, [np.median([r[sk] for r in sync["ranks"][t]]) for t in ss], color="black", lw=1.8,
+                    label=f"sync (median over ranks{', ‖g^i‖' if key == 'corr_norm' else ''})")
+        ax.plot([], [], color="#d62728", lw=2, label=f"local, rank {bad} (leaves first)")
+        ax.plot([], [], color="#1f77b4", lw=0.8, label="local, the other ranks")
+        ax.set_yscale("log")
+        ax.set_ylim(top=top)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax = axes[0, 2]     # per-rank noise against the average's size, and sync's
+    ls = local["steps"]
+    ax.plot([s["step"] for s in ls], [s["gnoise"] for s in ls], color="#1f77b4", label="local: mean_i ‖g^i - G‖²")
+    ax.plot([s["step"] for s in ls], [s["G_norm"] ** 2 for s in ls], color="#1f77b4", ls="--", label="local: ‖G‖²")
+    ss = sync["steps"]
+    ax.plot([s["step"] for s in ss], [s["gnoise"] for s in ss], color="black", label="sync: mean_i ‖g^i - G‖²")
+    ax.plot([s["step"] for s in ss], [s["G_norm"] ** 2 for s in ss], color="black", ls="--", label="sync: ‖G‖²")
+    ax.set_yscale("log")
+    ax.set_ylim(top=top)
+    ax.set_xlabel("step")
+    ax.set_title("one rank's gradient noise against the averaged gradient", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax = axes[1, 2]
+    lrs = {s["step"]: s["lr"] for s in local["steps"]}
+    if local["sharpness"]:
+        sh = local["sharpness"]
+        ax.plot([r["step"] for r in sh], [lrs[r["step"]] * r["lam_rank"] for r in sh], "o-", color="#d62728",
+                label="lr × λ_max, one rank's batch (16)")
+        ax.plot([r["step"] for r in sh], [lrs[r["step"]] * r["lam_global"] for r in sh], "s-", color="#1f77b4",
+                label=f"lr × λ_max, a global batch ({16 * local['P']})")
+    ax.axhline(th["local_deviation"], color="#d62728", ls=":", label=f"{th['local_deviation']:.3f}: local's ranks' "
+               "differences unstable above")
+    ax.axhline(th["synchronous"], color="black", ls=":", label=f"{th['synchronous']:.3f}: sync unstable above")
+    ax.set_xlabel("step")
+    ax.set_title("learning rate × largest Hessian eigenvalue (at the averaged weights)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.suptitle(f"{local['algo']} against sync, P = {local['P']}, lr {local['lr']:g} × P with a half-epoch "
+                 f"warm-up, seed {local['seed']}", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def cmd_report(args) -> int:
-    raise SystemExit("report: written once the runs are in")
+    folder = Path(args.folder)
+    local, sync = _load(folder / args.local), _load(folder / args.sync)
+    text = report_text(local, sync)
+    (folder / "diagnosis.md").write_text(text)
+    figure(local, sync, Path(args.figure))
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":
