@@ -19,28 +19,26 @@ up to the blow-up (the diagnostics only read: the trajectory is the run's own):
 - ``dw_dev``    ||dw^i - mean_j dw^j||, the part of the update that differs between ranks.
 
 Per step (rank 0; pooled over the ranks): ``G_norm``, ``wbar_norm``, ``dwbar_norm`` (the averaged
-model's update), ``consensus`` (mean of ``cons``), ``vdev2`` (mean ||v^i - v-bar||^2) and, with
-``--drift-every``, ``drift_mean`` ||mean_i (g^i(w^i) - g^i(w-bar))||^2 against ``sgd_noise`` (the
-variance of the mean of P batch gradients at w-bar, sync's own noise), as in
-``scripts/gap_diagnosis.py``. Every ``--snapshot-every`` steps the averaged weights are saved
-(``OUT/snapshots/``, not committed) for ``sharpness``.
+model's update), ``consensus`` (mean of ``cons``), ``vdev2`` (mean ||v^i - v-bar||^2), ``gnoise``
+(mean of the ranks' ``gnoise``) and, with ``--drift-every``, ``drift_mean``
+||mean_i (g^i(w^i) - g^i(w-bar))||^2 against ``sgd_noise`` (the variance of the mean of P batch
+gradients at w-bar, sync's own noise), as in ``scripts/gap_diagnosis.py`` (the extra gradient restores
+the dropout generator, so the run is the run).
 
-``sharpness`` measures, at each snapshot, the largest eigenvalue of the loss's Hessian (power
-iteration on Hessian-vector products by central differences of gradients, eval mode: no dropout):
-``lam_global`` on a fixed sample of 16 P training images (one global batch), and ``lam_rank``, the
-mean over 8 batches of 16 images (one rank's batch). The stability analysis (minips/labs/staleness.py,
-:func:`~minips.labs.staleness.largest_stable_steps`) says: sync is stable while lr * lambda < 1.357
-(Nesterov 0.9); under ``local`` the ranks' mean is sync's, but the ranks' *differences* obey a rule
-that is stable only while lr * lambda < 0.679, half of sync's; per-rank gradient noise excites them,
-so above that they grow geometrically.
+What to compare it with (minips/labs/staleness.py, :func:`~minips.labs.staleness.largest_stable_steps`):
+sync is stable while lr * h < 1.357 (Nesterov 0.9, h a curvature); under ``local`` the ranks' mean is
+sync's, but a rank's *difference* from the mean obeys a rule that is stable only while lr * h < 0.679,
+half of sync's, and per-rank gradient noise excites it. ``--warmup-epochs 1 --lr 0.02`` ramps the
+learning rate at the same slope as the map's half-epoch warm-up to 0.32, on to 0.64: the rate at which
+each rule leaves on one ramp (a learning-rate range test) compares their thresholds at the same point
+of training.
 
-``report`` prints the tables of section 10.1 and draws the figure.
+``report`` writes ``diagnosis.md`` (the table of docs/accuracy.md section 10.1) and draws the figure.
 
     python scripts/divergence_diagnosis.py run --algo pseudo-sync:local:1 \\
         --out docs/bench/scale/diagnosis/local-P32-lr0.32
-    python scripts/divergence_diagnosis.py run --algo sync --max-steps 80 \\
+    python scripts/divergence_diagnosis.py run --algo sync --max-steps 56 \\
         --out docs/bench/scale/diagnosis/sync-P32-lr0.32
-    python scripts/divergence_diagnosis.py sharpness docs/bench/scale/diagnosis/local-P32-lr0.32
     python scripts/divergence_diagnosis.py report docs/bench/scale/diagnosis
 """
 from __future__ import annotations
@@ -80,8 +78,6 @@ def cmd_run(args) -> int:
 
     P = args.ranks
     out = Path(args.out)
-    snaps = Path(args.snapshots or (ROOT / "runs" / "diagnosis" / out.name))
-    snaps.mkdir(parents=True, exist_ok=True)
     rank_rows: list[dict] = []       # every rank appends its own rows (the ranks are threads of this process)
     step_rows: list[dict] = []
     lock = threading.Lock()
@@ -163,13 +159,12 @@ def cmd_run(args) -> int:
             if srow is not None:
                 with lock:
                     step_rows.append(srow)
-                if args.snapshot_every and t % args.snapshot_every == 0:
-                    np.save(snaps / f"wbar-step{t:05d}.npy", wbar.astype(np.float32))
             with lock:
                 rank_rows.append(row)
             return loss
 
-    cfg = TrainConfig(**TRAIN, lr=args.lr, scale_lr=args.scale_lr, seed=args.seed, algo=args.algo,
+    cfg = TrainConfig(**{**TRAIN, "warmup_epochs": args.warmup_epochs}, lr=args.lr, scale_lr=args.scale_lr,
+                      seed=args.seed, algo=args.algo,
                       out=str(ROOT / "runs" / "diagnosis" / (out.name + "-run")), max_steps=args.max_steps,
                       overwrite=True, quiet=True, virtual_ranks=P)
     cfg.validate()
@@ -188,80 +183,14 @@ def cmd_run(args) -> int:
         w.writerows(rank_rows)
     step_rows.sort(key=lambda r: r["step"])
     meta = {"algo": args.algo, "P": P, "seed": args.seed, "lr": args.lr, "scale_lr": args.scale_lr,
-            "lr_after_warmup": args.lr * (P if args.scale_lr else 1), "train": TRAIN, "max_steps": args.max_steps,
+            "lr_after_warmup": args.lr * (P if args.scale_lr else 1),
+            "train": {**TRAIN, "warmup_epochs": args.warmup_epochs}, "max_steps": args.max_steps,
             "steps_logged": len(step_rows), "error": error,
             "final": None if summary is None else {k: summary.get(k) for k in ("val_accuracy", "test_accuracy")},
-            "command": "python " + " ".join(sys.argv), "snapshots": str(snaps), "steps": step_rows}
+            "command": "python " + " ".join(sys.argv), "steps": step_rows}
     (out / "steps.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"wrote {out}/ranks.csv ({len(rank_rows)} rows), {out}/steps.json ({len(step_rows)} steps); "
           f"{error or 'finished'}")
-    return 0
-
-
-# ----------------------------------------------------------------------------- sharpness
-
-def top_eigenvalue(grad, w: np.ndarray, iters: int = 20, eps: float = 1e-3, seed: int = 0) -> float:
-    """The largest-magnitude eigenvalue of the Hessian at ``w`` by power iteration,
-    the product H v by central differences ``(grad(w + e v) - grad(w - e v)) / 2e``
-    (v of unit norm, float64 arithmetic on float32 gradients); the Rayleigh
-    quotient of the last iterate."""
-    r = np.random.default_rng(seed)
-    v = r.standard_normal(w.size)
-    v /= np.linalg.norm(v)
-    lam = 0.0
-    for _ in range(iters):
-        hv = (grad(w + eps * v) - grad(w - eps * v)) / (2 * eps)
-        lam = float(v @ hv)
-        v = hv / np.linalg.norm(hv)
-    return lam
-
-
-def cmd_sharpness(args) -> int:
-    from minips.models import build_model
-    from minips.tasks import make_task
-
-    out = Path(args.diag)
-    meta = json.loads((out / "steps.json").read_text())
-    P = meta["P"]
-    task = make_task(meta["train"]["data"])
-    task.hold_out(meta["train"]["val_fraction"])
-    x, y = task.train_arrays
-    model = build_model(meta["train"]["model"], task)
-    model.eval()
-    params = list(model.parameters())
-    sizes = [p.data.size for p in params]
-
-    def grad_on(idx):
-        xb, yb = np.ascontiguousarray(x[idx], dtype=np.float32), np.asarray(y[idx])
-
-        def g(w):
-            o = 0
-            for p, s in zip(params, sizes):
-                p.data[...] = w[o:o + s].reshape(p.data.shape).astype(np.float32)
-                p.grad = None
-                o += s
-            model.loss((xb, yb)).backward()
-            return np.concatenate([p.grad.ravel() for p in params]).astype(np.float64)
-        return g
-
-    r = np.random.default_rng(12345)
-    global_idx = r.choice(len(x), 16 * P, replace=False)
-    rank_idx = [r.choice(len(x), 16, replace=False) for _ in range(args.rank_batches)]
-    snaps = sorted(Path(meta["snapshots"]).glob("wbar-step*.npy"))
-    rows = []
-    for s in snaps:
-        t = int(s.stem.split("step")[1])
-        if (args.steps and t not in args.steps) or (not args.steps and args.every and t % args.every):
-            continue
-        w = np.load(s).astype(np.float64)
-        lg = top_eigenvalue(grad_on(global_idx), w, args.iters)
-        lr_ = [top_eigenvalue(grad_on(ix), w, args.iters, seed=j) for j, ix in enumerate(rank_idx)]
-        row = {"step": t, "lam_global": lg, "lam_rank": float(np.mean(lr_)), "lam_rank_each": lr_}
-        rows.append(row)
-        print(f"step {t}: lambda_max global batch {lg:.2f}, one rank's batch {row['lam_rank']:.2f} "
-              f"({', '.join(f'{v:.1f}' for v in lr_)})", flush=True)
-    (out / "sharpness.json").write_text(json.dumps({"global_batch": 16 * P, "rank_batch": 16,
-                                                    "iters": args.iters, "rows": rows}, indent=1) + "\n")
     return 0
 
 
@@ -277,22 +206,16 @@ def main(argv=None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--max-steps", type=int, default=0)
     r.add_argument("--drift-every", type=int, default=1, help="steps between drift gradients (0: none)")
-    r.add_argument("--snapshot-every", type=int, default=2)
-    r.add_argument("--snapshots", help="where the averaged weights go (default runs/diagnosis/NAME)")
+    r.add_argument("--warmup-epochs", type=float, default=TRAIN["warmup_epochs"],
+                   help="linear warm-up (default 0.5, the map's); 1.0 with lr 0.02 x P ramps at the same slope to 0.64")
     r.add_argument("--out", required=True)
-    s = sub.add_parser("sharpness")
-    s.add_argument("diag", help="a folder written by run")
-    s.add_argument("--iters", type=int, default=20)
-    s.add_argument("--every", type=int, default=4, help="use the snapshots of every N-th step")
-    s.add_argument("--steps", type=lambda v: [int(x) for x in v.split(",")], help="these steps' snapshots only")
-    s.add_argument("--rank-batches", type=int, default=8)
     q = sub.add_parser("report")
     q.add_argument("folder")
     q.add_argument("--local", default="local-P32-lr0.32", help="the diagnosed run's folder in FOLDER")
     q.add_argument("--sync", default="sync-P32-lr0.32", help="sync's run's folder in FOLDER")
     q.add_argument("--figure", default=str(ROOT / "docs" / "figures" / "divergence-diagnosis.png"))
     args = p.parse_args(argv)
-    return {"run": cmd_run, "sharpness": cmd_sharpness, "report": cmd_report}[args.cmd](args)
+    return {"run": cmd_run, "report": cmd_report}[args.cmd](args)
 
 
 def _load(folder: Path) -> dict:
@@ -303,8 +226,6 @@ def _load(folder: Path) -> dict:
         ranks.setdefault(int(r["step"]), []).append({k: (float(v) if v not in ("", None) else float("nan"))
                                                       for k, v in r.items()})
     meta["ranks"] = ranks
-    sh = folder / "sharpness.json"
-    meta["sharpness"] = json.loads(sh.read_text())["rows"] if sh.exists() else []
     return meta
 
 
@@ -315,9 +236,6 @@ def first_to_blow_up(d: dict) -> int:
 
 
 def report_text(local: dict, sync: dict) -> str:
-    from minips.labs.staleness import largest_stable_steps
-
-    th = largest_stable_steps(1)
     bad = first_to_blow_up(local)
     last = max(local["ranks"])
     lines = [f"`{local['algo']}` against `{sync['algo']}` at P = {local['P']}, lr {local['lr']:g} x P "
@@ -345,18 +263,6 @@ def report_text(local: dict, sync: dict) -> str:
                      f"{b['dw_norm']:.3g} | {med(others, 'loss'):.3g} / {med(others, 'g_norm'):.3g} / "
                      f"{med(others, 'corr_norm'):.3g} / {med(others, 'v_norm'):.3g} / {med(others, 'dw_norm'):.3g} "
                      f"| {syn} |")
-    if local["sharpness"]:
-        lines += ["", f"Largest Hessian eigenvalue at the averaged weights (power iteration, eval mode) on one "
-                  f"global batch ({16 * local['P']} images) and on one rank's batch (16 images, mean of 8), "
-                  f"times the step's learning rate, against the thresholds {th['local_deviation']:.3f} "
-                  f"(a rank's difference under local) and {th['synchronous']:.3f} (sync):", "",
-                  "| step | lr | λ global batch | λ rank batch | lr λ global | lr λ rank |",
-                  "|---:|---:|---:|---:|---:|---:|"]
-        lrs = {s["step"]: s["lr"] for s in local["steps"]}
-        for r in local["sharpness"]:
-            lr = lrs[r["step"]]
-            lines.append(f"| {r['step']} | {lr:.4f} | {r['lam_global']:.3g} | {r['lam_rank']:.3g} "
-                         f"| {lr * r['lam_global']:.3f} | {lr * r['lam_rank']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -364,9 +270,6 @@ def figure(local: dict, sync: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from minips.labs.staleness import largest_stable_steps
-
-    th = largest_stable_steps(1)
     bad = first_to_blow_up(local)
     steps = sorted(local["ranks"])
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
@@ -410,19 +313,15 @@ def figure(local: dict, sync: dict, path: Path) -> None:
     ax.set_title("one rank's gradient noise against the averaged gradient", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax = axes[1, 2]
-    lrs = {s["step"]: s["lr"] for s in local["steps"]}
-    if local["sharpness"]:
-        sh = local["sharpness"]
-        ax.plot([r["step"] for r in sh], [lrs[r["step"]] * r["lam_rank"] for r in sh], "o-", color="#d62728",
-                label="lr × λ_max, one rank's batch (16)")
-        ax.plot([r["step"] for r in sh], [lrs[r["step"]] * r["lam_global"] for r in sh], "s-", color="#1f77b4",
-                label=f"lr × λ_max, a global batch ({16 * local['P']})")
-    ax.axhline(th["local_deviation"], color="#d62728", ls=":", label=f"{th['local_deviation']:.3f}: local's ranks' "
-               "differences unstable above")
-    ax.axhline(th["synchronous"], color="black", ls=":", label=f"{th['synchronous']:.3f}: sync unstable above")
+    ax = axes[1, 2]     # what the ranks' drift changes in the averaged gradient, against sync's own noise
+    ds = [s for s in local["steps"] if s.get("sgd_noise")]
+    ax.plot([s["step"] for s in ds], [s["drift_mean"] / s["sgd_noise"] for s in ds], color="#1f77b4",
+            label="local: ‖mean_i (g^i(w^i) - g^i(mean w))‖² / sync's noise")
+    ax.axhline(1, color="black", ls=":", label="as large as sync's own gradient noise")
+    ax.set_yscale("log")
+    ax.set_ylim(top=top)
     ax.set_xlabel("step")
-    ax.set_title("learning rate × largest Hessian eigenvalue (at the averaged weights)", fontsize=10)
+    ax.set_title("the ranks' drift in the averaged gradient", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.suptitle(f"{local['algo']} against sync, P = {local['P']}, lr {local['lr']:g} × P with a half-epoch "
