@@ -425,8 +425,8 @@ def tables(cfg: dict, done: dict) -> tuple[str, dict]:
                                     "seeds": {str(s): runs[s] for s in sorted(runs)}})
             lines.append(f"| {lr:g} | " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["Largest learning rate at which every seed trained (with every smaller rate of the grid also "
-              "training; `<` the smallest rate tried failed):", "",
+    lines += ["Largest learning rate at which every seed trained, every smaller rate run also training "
+              "(`< x`: no rate run trained, the smallest run being x):", "",
               "| rule | " + " | ".join(f"P = {P}" for P in Ps) + " |", "|---|" + "---:|" * len(Ps)]
     for r in rules:
         row = []
@@ -457,27 +457,32 @@ def figure(cfg: dict, done: dict, path: Path) -> None:
     by = {}
     for c, r in done.items():
         by.setdefault((c.rule, c.P, c.lr), {})[c.seed] = r
-    Ps = sorted({c.P for c in done})
+    Ps = sorted(set(cfg["ranks"]) | {c.P for c in done})
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     width = 0.7
     for i, r in enumerate(rules):
         color, marker = style[r]
         dx = (i - (len(rules) - 1) / 2) * width / max(len(rules), 1)
         for j, P in enumerate(Ps):
-            for (rr, PP, lr), runs in by.items():
-                if rr != r or PP != P:
+            lrs = set(cfg["lrs"].get(P, [])) if r in cfg["rules"] else set()
+            lrs |= {lr for (rr, PP, lr) in by if rr == r and PP == P}
+            for lr in lrs:
+                x, runs = j + dx, by.get((r, P, lr))
+                if runs is None:      # in the grid, not run (yet)
+                    ax.scatter(x, lr, marker=".", s=12, color="#bbbbbb", zorder=2)
                     continue
                 v = cell_outcome(runs)
-                x = j + dx
                 if v == "trains":
                     ax.scatter(x, lr, marker=marker, s=70, color=color, zorder=3)
                 elif v == "mixed":
                     ax.scatter(x, lr, marker=marker, s=70, facecolors="none", edgecolors=color, linewidths=1.6,
                                zorder=3)
+                elif all(run["outcome"] == "collapsed" for run in runs.values()):
+                    ax.scatter(x, lr, marker="+", s=80, color=color, linewidths=2, zorder=3)
                 else:
                     ax.scatter(x, lr, marker="x", s=45, color=color, linewidths=1.6, zorder=3)
     ax.set_yscale("log", base=2)
-    lrs = sorted({c.lr for c in done})
+    lrs = sorted({c.lr for c in done} | {lr for P in Ps for lr in cfg["lrs"].get(P, [])})
     ax.set_yticks(lrs)
     ax.set_yticklabels([f"{lr:g}" for lr in lrs])
     ax.set_xticks(range(len(Ps)))
@@ -492,7 +497,9 @@ def figure(cfg: dict, done: dict, path: Path) -> None:
     handles += [Line2D([], [], ls="", marker="o", color="#777777", label="trains (every seed)"),
                 Line2D([], [], ls="", marker="o", markerfacecolor="none", color="#777777",
                        label="trains on some seeds"),
-                Line2D([], [], ls="", marker="x", color="#777777", label="diverged or collapsed")]
+                Line2D([], [], ls="", marker="x", color="#777777", label="diverged"),
+                Line2D([], [], ls="", marker="+", color="#777777", markeredgewidth=2, label="collapsed (at chance)"),
+                Line2D([], [], ls="", marker=".", color="#bbbbbb", label="not run")]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=9)
     ax.set_title("Which rules train: full Fashion-MNIST, ConvNet, per-rank batch 16, k = 1", fontsize=10)
     fig.tight_layout()
