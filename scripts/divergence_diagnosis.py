@@ -163,7 +163,8 @@ def cmd_run(args) -> int:
                 rank_rows.append(row)
             return loss
 
-    cfg = TrainConfig(**{**TRAIN, "warmup_epochs": args.warmup_epochs}, lr=args.lr, scale_lr=args.scale_lr,
+    train = {**TRAIN, "warmup_epochs": args.warmup_epochs, "schedule": args.schedule}
+    cfg = TrainConfig(**train, lr=args.lr, scale_lr=args.scale_lr,
                       seed=args.seed, algo=args.algo,
                       out=str(ROOT / "runs" / "diagnosis" / (out.name + "-run")), max_steps=args.max_steps,
                       overwrite=True, quiet=True, virtual_ranks=P)
@@ -184,7 +185,7 @@ def cmd_run(args) -> int:
     step_rows.sort(key=lambda r: r["step"])
     meta = {"algo": args.algo, "P": P, "seed": args.seed, "lr": args.lr, "scale_lr": args.scale_lr,
             "lr_after_warmup": args.lr * (P if args.scale_lr else 1),
-            "train": {**TRAIN, "warmup_epochs": args.warmup_epochs}, "max_steps": args.max_steps,
+            "train": train, "max_steps": args.max_steps,
             "steps_logged": len(step_rows), "error": error,
             "final": None if summary is None else {k: summary.get(k) for k in ("val_accuracy", "test_accuracy")},
             "command": "python " + " ".join(sys.argv), "steps": step_rows}
@@ -208,6 +209,9 @@ def main(argv=None) -> int:
     r.add_argument("--drift-every", type=int, default=1, help="steps between drift gradients (0: none)")
     r.add_argument("--warmup-epochs", type=float, default=TRAIN["warmup_epochs"],
                    help="linear warm-up (default 0.5, the map's); 1.0 with lr 0.02 x P ramps at the same slope to 0.64")
+    r.add_argument("--schedule", default=TRAIN["schedule"], choices=("cosine", "constant"),
+                   help="cosine (the map's) or constant: with --warmup-epochs W the rate then rises linearly to "
+                        "lr x P at step W epochs, a learning-rate range test")
     r.add_argument("--out", required=True)
     q = sub.add_parser("report")
     q.add_argument("folder")
