@@ -26,4 +26,5 @@ cp scripts/stability_map.py "$CODE/scripts/stability_map.py"
 cd "$CODE"
 export MINIPS_DATA_DIR=${MINIPS_DATA_DIR:-$HERE/data}
 exec "${PYTHON:-python}" scripts/stability_map.py run --config "$HERE/configs/stability-map.toml" \
-    --raw "$HERE/docs/bench/scale/map" --out "$HERE/runs/stability-map" "$@"
+    --raw "$HERE/docs/bench/scale/map" --out "$HERE/runs/stability-map" \
+    --figure "$HERE/docs/figures/stability-map.png" "$@"

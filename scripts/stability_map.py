@@ -25,9 +25,10 @@ Subcommands::
 ``run`` trains each cell with ``python -m minips train --virtual-ranks P`` (through
 ``minips.bench.study``'s runner) into ``--out`` (default ``runs/stability-map``, ignored by git), and
 copies each finished run's ``summary.json``, ``metrics.csv`` and ``command.txt`` to ``--raw``
-(default ``docs/bench/scale/map``, folders ``P{P}/lr{lr}/{rule}/seed{s}/``), where ``--commit``
-commits them. It skips every cell whose raw files exist, so it resumes where it stopped; several
-``run`` processes (or ``--workers N``) share the cells through claim files. Each run is logged in
+(default ``docs/bench/scale/map``, folders ``P{P}/lr{lr}/{rule}/seed{s}/``) and rewrites the table
+and the figure (as ``report``), so that they always match the raw files; ``--commit`` commits them.
+It skips every cell whose raw files exist, so it resumes where it stopped; several ``run``
+processes (or ``--workers N``) share the cells through claim files. Each run is logged in
 ``RAW/map.log`` (time, cell, outcome, wall seconds, load average, commit of the code that ran).
 
 ``report`` reads only ``--raw`` and writes ``RAW/map.md`` and ``RAW/map.json`` (per cell, each seed's
@@ -268,8 +269,10 @@ def _commit_of(code: Path) -> str:
     return (r.stdout.strip() + ("+changes" if dirty else "")) if r.returncode == 0 else "unknown"
 
 
-def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool) -> str:
-    """Train one cell (unless its summary is there) and copy its raw files."""
+def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool, figure_path: Path | None = None) -> str:
+    """Train one cell (unless its summary is there), copy its raw files, and
+    rewrite the table (and the figure, when given) so that they always match the
+    raw files; with ``commit``, commit all of it."""
     from minips.bench.launch import load_avg
     from minips.bench.study.grid import Grid, RunSpec
     from minips.bench.study.runner import run_one
@@ -305,15 +308,17 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool) -> 
     took = (f"finished earlier, {summary['wall_time_s']:.0f} s" if earlier and "wall_time_s" in summary else
             "finished earlier" if earlier else f"{wall:.0f} s; load {load0} -> {load_avg()}")
     log(f"{cell}: {o} {what} ({took}; code {_commit_of(ROOT)})")
+    write_report(cfg, raw, figure_path)
     if commit:
-        _git_commit(raw, f"stability map: {cell}: {o} ({what})")
+        _git_commit(raw, f"stability map: {cell}: {o} ({what})", [figure_path] if figure_path else [])
     return o
 
 
-def _git_commit(raw: Path, msg: str) -> None:
+def _git_commit(raw: Path, msg: str, extra=()) -> None:
+    paths = [".", *(str(Path(p).resolve()) for p in extra)]
     for _ in range(5):
-        a = subprocess.run(["git", "-C", str(raw), "add", "."], capture_output=True, text=True)
-        c = subprocess.run(["git", "-C", str(raw), "commit", "-q", "-m", msg, "--", "."], capture_output=True,
+        a = subprocess.run(["git", "-C", str(raw), "add", *paths], capture_output=True, text=True)
+        c = subprocess.run(["git", "-C", str(raw), "commit", "-q", "-m", msg, "--", *paths], capture_output=True,
                            text=True)
         if a.returncode == 0 and (c.returncode == 0 or "nothing" in c.stdout + c.stderr):
             return
@@ -326,7 +331,7 @@ def cmd_run(args) -> int:
     raw.mkdir(parents=True, exist_ok=True)
     if args.workers > 1:
         child = [sys.executable, __file__, "run", "--config", str(args.config), "--raw", str(raw), "--out", str(out),
-                 "--workers", "1", *(["--rules", args.rules] if args.rules else []),
+                 "--figure", str(args.figure), "--workers", "1", *(["--rules", args.rules] if args.rules else []),
                  *(["--commit"] if args.commit else [])]
         procs = []
         for _ in range(args.workers):
@@ -357,7 +362,7 @@ def cmd_run(args) -> int:
             time.sleep(30)  # boundary cells wait for the other worker's first seeds
             continue
         try:
-            status = run_cell(cfg, picked, out, raw, log, args.commit)
+            status = run_cell(cfg, picked, out, raw, log, args.commit, Path(args.figure))
         finally:
             (out / picked.rel / "claim").unlink(missing_ok=True)
         if status not in ("trains", "diverged", "collapsed"):
@@ -520,16 +525,25 @@ def report_text(cfg: dict, raw: Path) -> tuple[str, dict, dict]:
     return md, js, done
 
 
+def write_report(cfg: dict, raw: Path, figure_path: Path | None) -> tuple[str, dict]:
+    """Write RAW/map.md and RAW/map.json (atomically) and the figure from the raw runs."""
+    md, js, done = report_text(cfg, raw)
+    for name, text in (("map.md", md), ("map.json", json.dumps(js, indent=1) + "\n")):
+        tmp = raw / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(raw / name)
+    if figure_path is not None and done:
+        figure(cfg, done, Path(figure_path))
+    return md, done
+
+
 def cmd_report(args) -> int:
     cfg = load_config(args.config)
     raw = Path(args.raw)
-    md, js, done = report_text(cfg, raw)
-    if not done:
+    if not read_raw(raw, cfg["chance"]):
         print(f"no runs in {raw} yet: start them with python scripts/stability_map.py run")
         return 1
-    (raw / "map.md").write_text(md)
-    (raw / "map.json").write_text(json.dumps(js, indent=1) + "\n")
-    figure(cfg, done, Path(args.figure))
+    md, _ = write_report(cfg, raw, Path(args.figure))
     print(md)
     print(f"wrote {raw / 'map.md'}, {raw / 'map.json'}, {args.figure}")
     return 0
@@ -552,7 +566,7 @@ def main(argv=None) -> int:
             q.add_argument("--out", default=str(OUT), help="runs folder (default runs/stability-map)")
             q.add_argument("--workers", type=int, default=1, help="runs at once (default 1)")
             q.add_argument("--commit", action="store_true", help="git-commit each finished run's raw files")
-        if name == "report":
+        if name in ("run", "report"):
             q.add_argument("--figure", default=str(FIGURE), help="figure path (default docs/figures/stability-map.png)")
     args = p.parse_args(argv)
     try:
