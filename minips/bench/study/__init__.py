@@ -101,13 +101,13 @@ The package, one job per module: :mod:`.grid` (the grid file), :mod:`.runner` (o
 """
 from __future__ import annotations
 
-from .aggregate import aggregate, contrasts, family_cells, paired_comparisons
+from .aggregate import aggregate, contrasts, family_cells, mark_collapses, paired_comparisons
 from .cli import add_arguments, run
 from .figures import plot_families, plot_study
 from .grid import Grid, RunSpec, StudyError, expand, load_grid
 from .report import families_report, markdown_report, paired_report
 from .runner import train_command
 
-__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "paired_comparisons",
-           "contrasts", "markdown_report", "paired_report", "family_cells", "families_report", "plot_families",
-           "plot_study", "run", "add_arguments"]
+__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "mark_collapses",
+           "paired_comparisons", "contrasts", "markdown_report", "paired_report", "family_cells", "families_report",
+           "plot_families", "plot_study", "run", "add_arguments"]
