@@ -239,11 +239,62 @@ def first_to_blow_up(d: dict) -> int:
     return int(max(d["ranks"][last], key=lambda r: r["cons"])["rank"])
 
 
+LEAVES = 2.0  # a rank has left when its update stays above this many times the other ranks' median
+
+
+def leaves(d: dict) -> tuple[int, int, float] | None:
+    """(rank, step, lr): the first step from which the rank that blows up
+    (:func:`first_to_blow_up`) updates by more than ``LEAVES`` times the other
+    ranks' median ``||dw||`` at every later logged step; None when no rank left."""
+    bad = first_to_blow_up(d)
+    steps = sorted(d["ranks"])
+    apart = {}
+    for t in steps:
+        rs = d["ranks"][t]
+        b = next(r for r in rs if int(r["rank"]) == bad)
+        others = float(np.median([r["dw_norm"] for r in rs if int(r["rank"]) != bad]))
+        apart[t] = b["dw_norm"] > LEAVES * others
+    t = next((t for t in steps if all(apart[u] for u in steps if u >= t)), None)
+    return None if t is None or d["error"] is None else (bad, t, d["ranks"][t][0]["lr"])
+
+
+def outcome_row(d: dict) -> str:
+    """One row of the thresholds table: the rule, its schedule, the step and
+    learning rate at which a rank leaves and at which the loss is NaN, or the
+    steps it ran and the largest learning rate it reached."""
+    steps = d["steps"]
+    warm = d["train"]["warmup_epochs"]
+    sched = f"{d['lr']:g} x {d['P']} = {d['lr_after_warmup']:g}, warm-up {warm:g} epoch{'s' if warm != 1 else ''}"
+    top = max(s["lr"] for s in steps)
+    if d["error"] is None:
+        return (f"| `{d['algo']}` | {sched} | no rank left | none in {len(steps)} steps "
+                f"(lr up to {top:.3f}; val {d['final']['val_accuracy']:.4f} there) |")
+    left = leaves(d)
+    nan = int(d["error"].split(" at step ")[1].split()[0]) if " at step " in d["error"] else len(steps)
+    lr_nan = steps[-1]["lr"]
+    where = f"rank {left[0]} at step {left[1]} (lr {left[2]:.3f})" if left else "-"
+    return f"| `{d['algo']}` | {sched} | {where} | step {nan} (lr {lr_nan:.3f}) |"
+
+
+def thresholds_text(folder: Path) -> str:
+    """Every run in FOLDER (sub-folders with a steps.json): where it broke."""
+    runs = [_load(f.parent) for f in sorted(folder.glob("*/steps.json"))]
+    lines = ["Where each logged run broke: the rank whose update stays above "
+             f"{LEAVES:g} times the other ranks' median from that step on, and the step whose loss is NaN "
+             "(the learning rate logged at the last finished step before it); a run that did not break ran "
+             "to its `--max-steps`.", "",
+             "| rule | lr schedule | a rank leaves | loss NaN |", "|---|---|---|---|"]
+    lines += [outcome_row(d) for d in runs]
+    return "\n".join(lines) + "\n"
+
+
 def report_text(local: dict, sync: dict) -> str:
     bad = first_to_blow_up(local)
     last = max(local["ranks"])
+    warm = local["train"]["warmup_epochs"]
     lines = [f"`{local['algo']}` against `{sync['algo']}` at P = {local['P']}, lr {local['lr']:g} x P "
-             f"= {local['lr_after_warmup']:g} after a warm-up of half an epoch, seed {local['seed']}: "
+             f"= {local['lr_after_warmup']:g} after a warm-up of {warm:g} epoch{'s' if warm != 1 else ''}, "
+             f"seed {local['seed']}: "
              f"{local['error'] or 'finished'}; the rank whose weights leave first: {bad}", "",
              "| step | lr | consensus | rank %d: loss / ‖g‖ / ‖correction‖ / ‖v‖ / ‖Δw‖ | other ranks (median): "
              "loss / ‖g‖ / ‖correction‖ / ‖v‖ / ‖Δw‖ | sync: ‖Δw‖ (median) / ‖g‖ (median) |" % bad,
@@ -339,7 +390,7 @@ def figure(local: dict, sync: dict, path: Path) -> None:
 def cmd_report(args) -> int:
     folder = Path(args.folder)
     local, sync = _load(folder / args.local), _load(folder / args.sync)
-    text = report_text(local, sync)
+    text = report_text(local, sync) + "\n" + thresholds_text(folder)
     (folder / "diagnosis.md").write_text(text)
     figure(local, sync, Path(args.figure))
     print(text)

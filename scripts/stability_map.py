@@ -19,8 +19,28 @@ up or down at the same P, or the next P up or down at the same learning rate. Th
 Subcommands::
 
     nice -n 15 python scripts/stability_map.py run --workers 2 [--rules A,B] [--commit]
-    python scripts/stability_map.py status [--rules A,B]     # cells left, and the command that resumes
+    python scripts/stability_map.py status [--rules A,B]     # cells left, which one runs, how to resume
     python scripts/stability_map.py report                   # table and figure from the raw runs
+
+How the map was run and is resumed (docs/accuracy.md section 10.3): every finished run was trained
+by the code of one frozen commit, which ``scripts/run_stability_map.sh COMMIT`` unpacks under
+``runs/map-code-COMMIT`` (so that later edits of the checkout change no cell), in the background at
+the lowest priority, one worker, committing each finished run's raw files, table and figure::
+
+    setsid nohup nice -n 19 scripts/run_stability_map.sh 1047715 --workers 1 --commit > runs/map-driver.log 2>&1 &
+
+It picks up where it stopped (finished cells are skipped; a cell whose worker died is taken over
+and rerun from its start). ``status`` lists the cells left, marks the one a live worker is
+training, and prints this command when no worker runs; ``touch runs/stability-map/PAUSE`` pauses
+the workers between runs (remove it to go on); ``tail runs/map-driver.log`` or ``RAW/map.log``
+follows them.
+
+Reading the map: ``RAW/map.md`` has one table per P (learning rates down, rules across; each
+seed's validation accuracy, ``div@N`` for a run stopped on a non-finite loss at step N, ``chance``
+for a collapse; bold: every seed trained) and a last table with, per rule and P, the largest
+learning rate at which every seed trained with every smaller rate run also training. The
+figure puts P across and the learning rate up, one mark per rule in each cell: filled, trains on
+every seed; hollow, on some; x, diverged; +, collapsed; a grey dot, not run yet.
 
 ``run`` trains each cell with ``python -m minips train --virtual-ranks P`` (through
 ``minips.bench.study``'s runner) into ``--out`` (default ``runs/stability-map``, ignored by git), and
@@ -369,18 +389,47 @@ def cmd_run(args) -> int:
             skipped.add(picked)
 
 
+def codes_run(raw: Path) -> list[str]:
+    """The commits whose code trained the finished runs (``RAW/map.log``), in order of first use."""
+    f = raw / "map.log"
+    found = re.findall(r": (?:trains|diverged|collapsed) .*; code ([0-9a-f]+(?:\+changes)?)\)$",
+                       f.read_text(), re.M) if f.exists() else []
+    return list(dict.fromkeys(found))
+
+
+def running(out: Path, cell: Cell) -> int | None:
+    """The process id of the live worker that holds the cell's claim, else None."""
+    try:
+        pid = int((out / cell.rel / "claim").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    return pid if pid and _alive(pid) else None
+
+
 def cmd_status(args) -> int:
     cfg = load_config(args.config, _split(args.rules))
-    todo, final = pending(cfg, Path(args.raw))
-    done = read_raw(Path(args.raw), cfg["chance"])
+    raw, out = Path(args.raw), Path(args.out)
+    todo, final = pending(cfg, raw)
+    done = read_raw(raw, cfg["chance"])
     n_done = sum(1 for c in done if c.rule in cfg["rules"])
     print(f"{n_done} runs done in {args.raw}; {len(todo)} left" + ("" if final else
           " so far (boundary seeds are added as the first seeds finish)"))
     for c in todo:
-        print(f"  {c}")
+        pid = running(out, c)
+        print(f"  {c}" + (f"   (running: worker {pid})" if pid else ""))
     if todo or not final:
         rules = f" --rules {','.join(cfg['rules'])}" if args.rules else ""
-        print(f"resume: nice -n 15 python scripts/stability_map.py run --workers 2{rules}")
+        codes = codes_run(raw)
+        if any(running(out, c) for c in todo):
+            print("a worker is running: it takes the cells left in turn (python scripts/stability_map.py status "
+                  "again to follow it; touch runs/stability-map/PAUSE to pause it between runs)")
+        elif len(codes) == 1 and not codes[0].endswith("+changes"):
+            print(f"resume (the code of {codes[0]}, which trained every finished run, one worker, committing each "
+                  f"run):\n  setsid nohup nice -n 19 scripts/run_stability_map.sh {codes[0]} --workers 1 --commit"
+                  f"{rules} > runs/map-driver.log 2>&1 &")
+        else:
+            print(f"resume: nice -n 15 python scripts/stability_map.py run --workers 2 --commit{rules}"
+                  + (f"  (finished runs were trained by the code of {', '.join(codes)})" if codes else ""))
     return 0
 
 
@@ -562,8 +611,8 @@ def main(argv=None) -> int:
         q.add_argument("--raw", default=str(RAW), help="raw runs folder (default docs/bench/scale/map)")
         if name != "report":
             q.add_argument("--rules", help="these rules instead of the config's (comma-separated algorithm specs)")
-        if name == "run":
             q.add_argument("--out", default=str(OUT), help="runs folder (default runs/stability-map)")
+        if name == "run":
             q.add_argument("--workers", type=int, default=1, help="runs at once (default 1)")
             q.add_argument("--commit", action="store_true", help="git-commit each finished run's raw files")
         if name in ("run", "report"):

@@ -75,3 +75,20 @@ def test_boundary_cells_get_the_second_seed_and_finished_cells_are_skipped(sm, t
     md, js = sm.tables(cfg, sm.read_raw(raw, cfg["chance"]))
     assert "| 0.64 | **0.9000** | div@7 / div@7 |" in md
     assert js["largest_stable"][local] == {"16": 0.16, "32": 0.64}
+
+
+def test_status_names_the_code_that_ran_and_a_dead_workers_claim_is_not_running(sm, tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    raw.mkdir()
+    (raw / "map.log").write_text(
+        "[t] [1] worker started: grid, code 1047715, out o, raw r\n"
+        "[t] [1]   P=16 lr=0.64 sync seed 0: diverged: loss is nan at step 81\n"
+        "[t] [1] P=16 lr=0.64 sync seed 0: diverged step 81 (158 s; load [1.0] -> [2.0]; code 1047715)\n"
+        "[t] [2] P=16 lr=0.32 sync seed 0: trains val 0.9137 test 0.9096 (2106 s; load [1.0] -> [2.0]; code abc1234)\n")
+    assert sm.codes_run(raw) == ["1047715", "abc1234"]
+    cell = sm.Cell("sync", 16, 0.32, 0)
+    assert sm.running(out, cell) is None
+    assert sm.claim(out, cell)                         # this process holds it: running
+    assert sm.running(out, cell) == __import__("os").getpid()
+    (out / cell.rel / "claim").write_text("999999999")  # a worker that is gone: not running, and taken over
+    assert sm.running(out, cell) is None and sm.claim(out, cell)
