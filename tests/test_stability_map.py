@@ -92,3 +92,25 @@ def test_status_names_the_code_that_ran_and_a_dead_workers_claim_is_not_running(
     assert sm.running(out, cell) == __import__("os").getpid()
     (out / cell.rel / "claim").write_text("999999999")  # a worker that is gone: not running, and taken over
     assert sm.running(out, cell) is None and sm.claim(out, cell)
+
+
+def test_the_diagnosis_table_rebuilds_from_its_raw_files():
+    import csv
+    import statistics
+    spec = importlib.util.spec_from_file_location("divergence_diagnosis", ROOT / "scripts" / "divergence_diagnosis.py")
+    dd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dd)
+    folder = ROOT / "docs" / "bench" / "scale" / "diagnosis"
+    local, sync = dd._load(folder / "local-P32-lr0.32"), dd._load(folder / "sync-P32-lr0.32")
+    assert dd.report_text(local, sync) + "\n" + dd.thresholds_text(folder) == (folder / "diagnosis.md").read_text()
+    # where rank 9 leaves, read from ranks.csv directly: its update first exceeds twice the others' median at
+    # step 45 and stays above it, and the run stops on a NaN loss at step 54
+    rows = list(csv.DictReader(open(folder / "local-P32-lr0.32" / "ranks.csv")))
+    apart = {}
+    for t in sorted({int(r["step"]) for r in rows}):
+        at = [r for r in rows if int(r["step"]) == t]
+        mine = next(float(r["dw_norm"]) for r in at if r["rank"] == "9")
+        apart[t] = mine > 2 * statistics.median(float(r["dw_norm"]) for r in at if r["rank"] != "9")
+    assert not apart[44] and all(apart[t] for t in apart if t >= 45)
+    assert dd.leaves(local)[:2] == (9, 45) and "at step 54" in local["error"]
+    assert dd.leaves(sync) is None
