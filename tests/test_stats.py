@@ -145,7 +145,8 @@ def test_a_study_never_averages_a_collapse():
     assert b["metric"]["seeds"] == [0, 2, 4] and b["metric"]["mean"] == pytest.approx(-0.02)
     assert b["reported"]["seeds"] == [0, 2, 4]  # the test metric's pairs leave the same seeds out
     cell = next(c for c in study.family_cells(g, recs) if c["label"] == "B")
-    assert cell["n_ok"] == 3 and cell["mean"] == pytest.approx((0.83 + 0.82 + 0.81) / 3)
+    assert cell["n_ok"] == 3 and cell["at_chance"] == 2 and cell["mean"] == pytest.approx((0.83 + 0.82 + 0.81) / 3)
+    assert "(3/5 seeds) [chance 2/5]" in study.families_report(g, recs)
     text = study.markdown_report(g, recs, "t")
     assert "[2 at chance]" in text and "| fixed | 2 | B | 3 | -2.00 [-2.00, -2.00] **worse** |" in text
     # every seed at chance: the cell says so, like "div 5/5"

@@ -110,7 +110,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     """One dict per (lr setting, algorithm entry, P) that has runs, over the
     seeds that finished: the test metric's ``mean``/``std``/``min``/``max``
     (of the model averaged over ranks when they differ), ``n``, ``n_ok``,
-    ``diverged``, ``family``, ``ci`` (half-width of the 95 % t interval);
+    ``diverged``, ``at_chance`` (collapsed runs, left out like the diverged),
+    ``family``, ``ci`` (half-width of the 95 % t interval);
     ``bytes_sent_per_step`` (bytes per rank per
     step, mean over seeds) and ``bytes_ratio`` (over the baseline entry's at
     the same lr and P; None without one); ``reached`` (seeds whose test metric
@@ -151,7 +152,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
                 times = [r["time_to_target"] for r in rs if r.get("time_to_target") is not None]
                 rank0 = f"rank0_{tm}"
                 cells.append({"lr": lr_name, "label": label, "P": P, "family": family, "metric": tm,
-                              **{k: a[k] for k in ("n", "n_ok", "diverged", "mean", "std", "ci", "min", "max")},
+                              **{k: a[k] for k in ("n", "n_ok", "diverged", "at_chance", "mean", "std", "ci", "min",
+                                                   "max")},
                               "bytes_sent_per_step": sent,
                               "bytes_ratio": sent / ref if sent is not None and ref else None,
                               "target": grid.target_accuracy, "reached": len(times),

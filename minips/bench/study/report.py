@@ -227,13 +227,17 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                 if c is None:
                     row += ["-"] * (4 + has_rank0 + (target is not None))
                     continue
+                gone = ", ".join(f"{w} {c[k]}/{c['n']}" for w, k in (("div", "diverged"), ("chance", "at_chance"))
+                                 if c.get(k))
                 if c["mean"] is None:
-                    acc = f"div {c['diverged']}/{c['n']}" if c["diverged"] else f"failed {c['n'] - c['n_ok']}/{c['n']}"
+                    acc = gone or f"failed {c['n'] - c['n_ok']}/{c['n']}"
                 else:
                     acc = (f"{c['mean']:.{digits}f} (1 seed)" if c["n_ok"] == 1
                            else f"{c['mean']:.{digits}f} ± {c['ci']:.{digits}f}")
                     if 1 < c["n_ok"] < c["n"]:
                         acc += f" ({c['n_ok']}/{c['n']} seeds)"
+                    if gone:
+                        acc += f" [{gone}]"
                 row.append(acc)
                 if has_rank0:
                     row.append("-" if c["rank0_mean"] is None else f"{c['rank0_mean']:.{digits}f}")
