@@ -10,6 +10,12 @@ spread they share (the *paired* design), which is usually most of it.
 - :func:`paired`: the per-seed differences ``A_s - B_s`` over the seeds both
   finished, their t interval, and a verdict: **better** (the interval lies
   above 0), **worse** (below 0), **tie** (it holds 0).
+- :func:`collapsed`: a run that finished with its accuracy at chance level
+  (the network predicts one class) **collapsed**. A collapse is a failure
+  like a divergence: :func:`paired` and :func:`compare_with_baseline` given
+  ``chance`` leave such a seed out of the interval (and say which), so that a
+  rule that collapsed on 2 of 3 seeds is reported as failing on 2, never as
+  a mean of 0.33 and an interval 200 points wide.
 - :func:`target_verdict`: a target "within X of B" is **met** when the
   interval's lower end is above ``-X``, **missed** when its upper end is below
   ``-X``, else **unresolved**; :func:`seeds_to_resolve` says how many seeds
@@ -27,10 +33,21 @@ import statistics
 from dataclasses import dataclass
 
 __all__ = ["Interval", "Paired", "t_interval", "paired", "target_verdict", "seeds_to_resolve", "t_quantile",
-           "CONFIDENCE"]
+           "CONFIDENCE", "COLLAPSE_MARGIN", "collapsed"]
 
 #: the confidence level of every interval minips reports
 CONFIDENCE = 0.95
+
+#: a finished run whose accuracy is below ``chance + COLLAPSE_MARGIN`` collapsed (10 classes: below 0.11)
+COLLAPSE_MARGIN = 0.01
+
+
+def collapsed(value: float | None, chance: float | None) -> bool:
+    """Whether a finished run's accuracy ``value`` (a fraction) is at chance
+    level: below ``chance + COLLAPSE_MARGIN`` (0.11 for 10 classes, chance
+    0.1). False when either is None (a diverged run has no value; a metric
+    without a chance level, such as BLEU, never collapses)."""
+    return value is not None and chance is not None and value < chance + COLLAPSE_MARGIN
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
@@ -97,23 +114,31 @@ def t_interval(values, confidence: float = CONFIDENCE) -> Interval:
 class Paired:
     """A against B, paired by seed: ``seeds`` both finished, ``diff`` the t
     interval of ``A_s - B_s``, ``verdict`` ``better`` / ``worse`` / ``tie`` (or
-    ``1 seed`` when there is no interval)."""
+    ``1 seed`` when there is no interval); ``collapsed``: the seeds left out
+    because A's or B's run ended at chance."""
     seeds: tuple
     diff: Interval
     verdict: str
+    collapsed: tuple = ()
 
 
-def paired(a: dict, b: dict, confidence: float = CONFIDENCE) -> Paired | None:
+def paired(a: dict, b: dict, confidence: float = CONFIDENCE, chance: float | None = None) -> Paired | None:
     """Compare A with B seed by seed.
 
     Args:
         a, b: ``{seed: value}`` (a seed missing or None in either is left out:
             a diverged run has no value to pair).
+        chance: the metric's chance level (0.1 for accuracy on 10 classes), or
+            None: a seed whose A or B value is at chance (:func:`collapsed`) is
+            left out like a diverged one and listed in ``Paired.collapsed``.
 
     Returns:
-        :class:`Paired`, or None when no seed has both values.
+        :class:`Paired`, or None when no seed has both values (after leaving
+        out the collapsed ones).
     """
-    seeds = tuple(sorted(s for s in a if s in b and a[s] is not None and b[s] is not None))
+    both = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
+    gone = tuple(s for s in both if collapsed(a[s], chance) or collapsed(b[s], chance))
+    seeds = tuple(s for s in both if s not in gone)
     if not seeds:
         return None
     d = t_interval([a[s] - b[s] for s in seeds], confidence)
@@ -125,7 +150,7 @@ def paired(a: dict, b: dict, confidence: float = CONFIDENCE) -> Paired | None:
         verdict = "worse"
     else:
         verdict = "tie"
-    return Paired(seeds, d, verdict)
+    return Paired(seeds, d, verdict, gone)
 
 
 def target_verdict(diff: Interval, gap: float) -> str:
@@ -172,17 +197,21 @@ def points_per_unit(metric: str) -> float:
     return 1.0 if "bleu" in metric else 100.0
 
 
-def compare_with_baseline(a: dict, b: dict, within: float | None = None) -> dict | None:
+def compare_with_baseline(a: dict, b: dict, within: float | None = None, chance: float | None = None) -> dict | None:
     """A against the baseline B, paired by seed, as a plain dict (for JSON and
     reports): ``seeds``, ``mean``, ``lo``, ``hi``, ``sd`` of ``A - B`` (the
     metric's units), ``verdict``; with ``within`` (a gap in the metric's units,
-    > 0): ``target`` (met / missed / unresolved) and ``seeds_to_resolve``.
+    > 0): ``target`` (met / missed / unresolved) and ``seeds_to_resolve``;
+    with ``chance``: seeds where either run collapsed are left out
+    (:func:`paired`) and listed in ``collapsed``.
     None when no seed has both values."""
-    pr = paired(a, b)
+    pr = paired(a, b, chance=chance)
     if pr is None:
         return None
     out = {"seeds": list(pr.seeds), "mean": pr.diff.mean, "lo": pr.diff.lo, "hi": pr.diff.hi, "sd": pr.diff.sd,
            "verdict": pr.verdict}
+    if pr.collapsed:
+        out["collapsed"] = list(pr.collapsed)
     if within is not None:
         out["target"] = target_verdict(pr.diff, within)
         out["seeds_to_resolve"] = seeds_to_resolve(pr.diff, within) if out["target"] == "unresolved" else None
@@ -191,12 +220,14 @@ def compare_with_baseline(a: dict, b: dict, within: float | None = None) -> dict
 
 def fmt_diff(d: dict | None, scale: float = 100.0) -> str:
     """``-1.07 [-2.20, +0.06] **tie**`` (a :func:`compare_with_baseline` dict
-    times ``scale``: points), ``+0.40 (1 seed)``, or ``-``."""
+    times ``scale``: points), ``+0.40 (1 seed)``, or ``-``; followed by
+    ``(k collapsed left out)`` when seeds were left out at chance."""
     if d is None:
         return "-"
+    gone = f" ({len(d['collapsed'])} collapsed left out)" if d.get("collapsed") else ""
     if d["verdict"] == "1 seed":
-        return f"{scale * d['mean']:+.2f} (1 seed)"
-    return f"{scale * d['mean']:+.2f} [{scale * d['lo']:+.2f}, {scale * d['hi']:+.2f}] **{d['verdict']}**"
+        return f"{scale * d['mean']:+.2f} (1 seed){gone}"
+    return f"{scale * d['mean']:+.2f} [{scale * d['lo']:+.2f}, {scale * d['hi']:+.2f}] **{d['verdict']}**{gone}"
 
 
 def fmt_target(d: dict | None) -> str:

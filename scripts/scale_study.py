@@ -15,9 +15,15 @@ projection ``docs/bench/scale/projection.json`` (``bench scaling --project``), t
 
 The policy ``fixed`` (the P = 16 learning rate at every P) and ``scaled`` (linear scaling) run the
 same configuration at P = 16, so the ``fixed`` column at P = 16 shows the ``scaled`` runs (the grid
-runs ``fixed`` only at P > 16). Statistics: minips.stats.
+runs ``fixed`` only at P > 16). Statistics: minips.stats. A run that ends at chance (validation
+below 0.11) collapsed: it is counted beside the divergences and left out of every mean and paired
+interval, like a diverged run.
 
     python scripts/scale_study.py
+
+The run folders were never committed (the ignore rule ``runs/`` matched them); without them the
+script rebuilds the table and the figure from the per-seed accuracies that ``accuracy-vs-P.json``
+keeps (:func:`load_runs_from_table`), the committed record of study 1.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minips.stats import compare_with_baseline, fmt_diff, fmt_target, t_interval  # noqa: E402
+from minips.stats import collapsed, compare_with_baseline, fmt_diff, fmt_target, t_interval  # noqa: E402
 
 SCALE = ROOT / "docs" / "bench" / "scale"
 STUDY = SCALE / "study1"
@@ -43,6 +49,7 @@ PROJECTED = {"sync": "sync", "pseudo-sync:adaptive:1": "pseudo-sync:adaptive",
 POLICIES = ("scaled", "fixed")
 FLOOR = 72.0  # accuracy (%) at the bottom of the panels (every finished run above chance lies above it)
 WITHIN = 0.005  # the target of issue 25: within 0.5 points of sync on validation
+CHANCE = 0.1  # 10 classes; a run whose validation accuracy ends below 0.11 collapsed (minips.stats.collapsed)
 
 
 def _safe(label: str) -> str:
@@ -71,6 +78,25 @@ def load_runs(root: Path = STUDY / "runs") -> dict:
     return runs
 
 
+def load_runs_from_table(path: Path = STUDY / "accuracy-vs-P.json") -> dict:
+    """As :func:`load_runs`, from the per-seed accuracies a previous build kept in ``accuracy-vs-P.json``
+    (``runs``: each seed's validation and test accuracy, None for a diverged run; ``lr``: the rate of
+    the runs that finished). Study 1's run folders were never committed (the ignore rule ``runs/``
+    matched ``docs/bench/scale/study1/runs/``), so this committed file is what the table rebuilds from."""
+    runs: dict = {}
+    for row in json.loads(path.read_text()):
+        lrs = row["lr"]
+        if len(lrs) > 1:
+            raise SystemExit(f"{path}: {row['policy']} P = {row['P']} {row['rule']} ran at several rates {lrs}")
+        seeds = {}
+        for s in row["seeds"]:
+            val, test = row["runs"]["val"].get(str(s)), row["runs"]["test"].get(str(s))
+            seeds[int(s)] = None if val is None else {"val_accuracy": val, "test_accuracy": test,
+                                                      "effective_lr": lrs[0]}
+        runs[(row["policy"], row["P"], row["rule"])] = seeds
+    return runs
+
+
 def effective_lr(command: Path, P: int) -> float:
     """The learning rate a run trained with (after warm-up): ``--lr`` times P under
     ``--scale-lr`` (summary.json records only the flag's value)."""
@@ -80,12 +106,18 @@ def effective_lr(command: Path, P: int) -> float:
 
 
 def at_chance(summary: dict | None) -> bool:
-    """A run that finished at chance level (10 classes: accuracy below 0.11): collapsed."""
-    return summary is not None and summary["val_accuracy"] < 0.11
+    """A run that finished at chance level (10 classes: validation accuracy below 0.11): collapsed."""
+    return summary is not None and collapsed(summary["val_accuracy"], CHANCE)
+
+
+def _raw_values(seeds: dict, key: str) -> dict:
+    """``{seed: value}`` as the run ended (a collapse's value kept); None for a diverged run."""
+    return {s: (summ[key] if summ else None) for s, summ in seeds.items()}
 
 
 def _values(seeds: dict, key: str) -> dict:
-    return {s: (summ[key] if summ else None) for s, summ in seeds.items()}
+    """``{seed: value}``; None for a run that diverged or collapsed (a failure, never averaged or paired)."""
+    return {s: (summ[key] if summ and not at_chance(summ) else None) for s, summ in seeds.items()}
 
 
 def _cell(vals: dict) -> dict | None:
@@ -125,7 +157,7 @@ def tables(runs: dict) -> tuple[str, list[dict]]:
                        "lr": lrs, "diverged": sum(v is None for v in seeds.values()),
                        "at_chance": sum(at_chance(v) for v in seeds.values()),
                        "val": _cell(_values(seeds, "val_accuracy")), "test": _cell(_values(seeds, "test_accuracy")),
-                       "runs": {k: {s: v for s, v in _values(seeds, f"{k}_accuracy").items()} for k in ("val", "test")}}
+                       "runs": {k: _raw_values(seeds, f"{k}_accuracy") for k in ("val", "test")}}
                 if rule != "sync" and base:
                     row["val_vs_sync"] = compare_with_baseline(_values(seeds, "val_accuracy"),
                                                                _values(base, "val_accuracy"), WITHIN)
@@ -146,10 +178,12 @@ def tables(runs: dict) -> tuple[str, list[dict]]:
                     f"| {'; '.join(fmt_diff(d) for d in lva) if lva else ''} |")
         lines += ["", f"(`{policy}`: lr {'= 0.01 P' if policy == 'scaled' else '0.16 at every P'}, warmed up "
                   "over half an epoch; lr column: the rate after warm-up of the runs that finished; a diverged "
-                  "run has no accuracy, a run at chance (val < 0.11) counts in the mean)", ""]
+                  "run has no accuracy; a run at chance (val < 0.11) collapsed: a failure like a divergence, left "
+                  "out of the mean and of the paired intervals)", ""]
     head = ["Mean ± half-width of the 95 % t interval over seeds (accuracy); differences in points, "
             "95 % t interval of the per-seed difference (paired by seed); one seed has no interval. "
-            "Target: within 0.5 points of sync on validation. Raw runs: docs/bench/scale/study1/runs/.", ""]
+            "Target: within 0.5 points of sync on validation. Per-seed accuracies: "
+            "docs/bench/scale/study1/accuracy-vs-P.json (study 1's run folders were not committed).", ""]
     return "\n".join(head + lines), rows
 
 
@@ -249,6 +283,10 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
 
 def main() -> int:
     runs = load_runs()
+    if not runs and (STUDY / "accuracy-vs-P.json").exists():
+        print(f"no run folders under {STUDY / 'runs'}: rebuilding from the per-seed accuracies in "
+              f"{STUDY / 'accuracy-vs-P.json'}", file=sys.stderr)
+        runs = load_runs_from_table()
     if not runs:
         print(f"no finished runs under {STUDY / 'runs'}", file=sys.stderr)
         return 1

@@ -159,9 +159,10 @@ def test_aggregate_and_report(tmp_path):
                                       "metric": 0.75}])
     assert "| 0.7500 (1 seed) |" in md  # no made-up spread from one seed
     # mean ± half-width of the 95 % t interval: 4.303 (t, 2 degrees of freedom) * 0.02 / sqrt(3) = 0.0497
-    assert "0.8200 ± 0.0497 (0.8000-0.8400, 3 seeds)" in md and "[1 at chance, 1 div]" in md
-    # paired by seed with sync (seeds 0 and 2; the diverged seed 1 has no value): (-0.02 - 0.74) / 2 in points
-    assert "| base | 2 | pseudo-sync:last:1 | 2 | -38.00 [" in md
+    # the run at chance (seed 2) is a failure like the diverged one: out of the mean and of the pairing
+    assert "0.8200 ± 0.0497 (0.8000-0.8400, 3 seeds)" in md and "| 0.7800 (1 seed) [1 at chance, 1 div] |" in md
+    # paired by seed with sync: seed 0 only (seed 1 diverged, seed 2 collapsed): 0.78 - 0.80 in points
+    assert "| base | 2 | pseudo-sync:last:1 | 1 | -2.00 (1 seed) |" in md
 
 
 def test_study_smoke_resumes_and_records_divergence(tmp_path):

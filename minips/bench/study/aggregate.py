@@ -7,39 +7,51 @@ import statistics
 
 from ...distributed.algorithms import BASELINE
 from ...kernels import threads
-from ...stats import compare_with_baseline, points_per_unit, t_interval
+from ...stats import collapsed, compare_with_baseline, points_per_unit, t_interval
 from .grid import Grid, split_entry, tested_metric
 
-__all__ = ["aggregate", "by_seed", "paired_comparisons", "contrasts", "baseline_label", "family_cells",
-           "oversubscribed"]
+__all__ = ["aggregate", "mark_collapses", "by_seed", "paired_comparisons", "contrasts", "baseline_label",
+           "family_cells", "oversubscribed"]
+
+
+def mark_collapses(records: list[dict], chance: float | None) -> list[dict]:
+    """The records with ``status`` ``"collapsed"`` for each finished run whose
+    ``metric`` (the grid's, the validation split's) is at chance
+    (:func:`minips.stats.collapsed`): a collapse is a failure like a
+    divergence, never an accuracy to average or pair. Copies; idempotent;
+    ``chance`` None (a metric without a chance level) changes nothing."""
+    return [{**r, "status": "collapsed"} if r.get("status") == "ok" and collapsed(r.get("metric"), chance) else r
+            for r in records]
 
 
 def aggregate(records: list[dict], chance: float | None = None) -> dict:
     """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``mean``,
     ``std`` (sample standard deviation; 0 for one seed), ``ci`` (half-width of
     the 95 % t interval of the mean; None for one seed), ``min``, ``max`` of the
-    metric over the seeds that finished (None when none finished), and
-    ``at_chance``: finished runs whose metric is below ``chance + 0.01`` (the
-    network collapsed to a constant prediction without a non-finite loss)."""
+    metric over the seeds that finished above chance (None when none did), and
+    ``at_chance``: runs that collapsed (:func:`mark_collapses`: status
+    ``collapsed``, or finished with the metric below ``chance + 0.01``), left
+    out of the mean and the interval like the ``diverged`` ones."""
     groups: dict = {}
-    for r in records:
+    for r in mark_collapses(records, chance):
         groups.setdefault((r["lr"], r["label"], r["P"]), []).append(r)
     out = {}
     for key, rs in groups.items():
         vals = [r["metric"] for r in rs if r.get("status") == "ok" and r.get("metric") is not None]
         out[key] = {"n": len(rs), "n_ok": len(vals), "diverged": sum(r.get("status") == "diverged" for r in rs),
                     "failed": sum(r.get("status") in ("failed", "timeout") for r in rs),
+                    "at_chance": sum(r.get("status") == "collapsed" for r in rs),
                     "mean": statistics.fmean(vals) if vals else None,
                     "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
                     "ci": t_interval(vals).half_width if len(vals) > 1 else None,
                     "min": min(vals) if vals else None, "max": max(vals) if vals else None,
-                    "at_chance": sum(v < chance + 0.01 for v in vals) if chance is not None else 0,
                     "values": vals}
     return out
 
 
 def by_seed(records: list[dict], lr_name: str, label: str, P: int, key: str) -> dict:
-    """``{seed: value}`` of the finished runs of one cell (diverged runs have no value)."""
+    """``{seed: value}`` of the finished runs of one cell (diverged runs, and runs
+    marked collapsed by :func:`mark_collapses`, have no value)."""
     return {r["seed"]: r.get(key) for r in records
             if (r["lr"], r["label"], r["P"]) == (lr_name, label, P) and r.get("status") == "ok"
             and r.get(key) is not None}
@@ -52,17 +64,19 @@ def paired_comparisons(grid: Grid, records: list[dict]) -> list[dict]:
     dict: ``lr``, ``P``, ``label``, ``baseline``, ``metric`` and ``reported``
     (None, or the comparison of ``label - baseline`` in the metric's units;
     the grid metric's carries ``target`` and ``seeds_to_resolve`` when the
-    grid has ``within_points``)."""
+    grid has ``within_points``). A seed whose run collapsed
+    (:func:`mark_collapses`, on the grid's metric) is left out of both
+    metrics' pairs like a diverged one."""
     base = baseline_label(grid, records)
     pairs = [(label, base) for label in grid.algos if label != base] if base else []
-    return _pair_rows(grid, records, pairs, within=True)
+    return _pair_rows(grid, mark_collapses(records, grid.chance), pairs, within=True)
 
 
 def contrasts(grid: Grid, records: list[dict]) -> list[dict]:
     """The grid's ``contrasts`` (pairs "A - B" of algos entries), each paired
     by seed at every (lr setting, P) where both ran; rows as in
     :func:`paired_comparisons` (``baseline`` is B; no target)."""
-    return _pair_rows(grid, records, grid.contrasts, within=False)
+    return _pair_rows(grid, mark_collapses(records, grid.chance), grid.contrasts, within=False)
 
 
 def _pair_rows(grid: Grid, records: list[dict], pairs, within: bool) -> list[dict]:
@@ -96,7 +110,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     """One dict per (lr setting, algorithm entry, P) that has runs, over the
     seeds that finished: the test metric's ``mean``/``std``/``min``/``max``
     (of the model averaged over ranks when they differ), ``n``, ``n_ok``,
-    ``diverged``, ``family``, ``ci`` (half-width of the 95 % t interval);
+    ``diverged``, ``at_chance`` (collapsed runs, left out like the diverged),
+    ``family``, ``ci`` (half-width of the 95 % t interval);
     ``bytes_sent_per_step`` (bytes per rank per
     step, mean over seeds) and ``bytes_ratio`` (over the baseline entry's at
     the same lr and P; None without one); ``reached`` (seeds whose test metric
@@ -109,6 +124,7 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     from ...distributed.algorithms import resolve
 
     tm = tested_metric(grid)
+    records = mark_collapses(records, grid.chance)  # judged on the grid's (validation) metric
     tested = [{**r, "metric": r.get("reported") if grid.report_metric else r.get("metric")} for r in records]
     agg = aggregate(tested, grid.chance if "accuracy" in tm else None)
     base = baseline_label(grid, records)
@@ -136,7 +152,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
                 times = [r["time_to_target"] for r in rs if r.get("time_to_target") is not None]
                 rank0 = f"rank0_{tm}"
                 cells.append({"lr": lr_name, "label": label, "P": P, "family": family, "metric": tm,
-                              **{k: a[k] for k in ("n", "n_ok", "diverged", "mean", "std", "ci", "min", "max")},
+                              **{k: a[k] for k in ("n", "n_ok", "diverged", "at_chance", "mean", "std", "ci", "min",
+                                                   "max")},
                               "bytes_sent_per_step": sent,
                               "bytes_ratio": sent / ref if sent is not None and ref else None,
                               "target": grid.target_accuracy, "reached": len(times),

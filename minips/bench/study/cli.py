@@ -11,7 +11,7 @@ from pathlib import Path
 from ...options import finite_float
 from ...rundir import atomic_write_all, take_lock, write_error
 from ..launch import MPIEXEC_MISSING, find_mpiexec
-from .aggregate import contrasts, family_cells, paired_comparisons
+from .aggregate import contrasts, family_cells, mark_collapses, paired_comparisons
 from .figures import plot_families, plot_study
 from .grid import RunSpec, StudyError, expand, load_grid, parse_contrasts, parse_within
 from .report import families_report, markdown_report
@@ -146,6 +146,7 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
         print(f"no finished runs yet in {root / 'runs'} for the {len(specs)} runs of this grid "
               "(check --out and the --ranks/--seeds/--lr/--algos selection)")
         return 1
+    records = mark_collapses(records, grid.chance)  # a run at chance is a failure, not an accuracy
     stem = Path(grid.source).stem
     cells = family_cells(grid, records)
     report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ...distributed.algorithms import BASELINE
 from ...kernels import threads
 from ...stats import CONFIDENCE, compare_with_baseline, fmt_diff, fmt_target, points_per_unit
-from .aggregate import aggregate, baseline_label, by_seed, contrasts, family_cells, oversubscribed, paired_comparisons
+from .aggregate import (aggregate, baseline_label, by_seed, contrasts, family_cells, mark_collapses, oversubscribed,
+                        paired_comparisons)
 from .grid import Grid, tested_metric
 
 __all__ = ["markdown_report", "paired_report", "families_report"]
@@ -15,7 +16,9 @@ def _cell(a: dict | None, digits: int) -> str:
     if not a:
         return "-"
     if a["mean"] is None:
-        return f"div {a['diverged']}/{a['n']}" if a["diverged"] else f"failed {a['failed']}/{a['n']}"
+        gone = [f"{w} {a[k]}/{a['n']}" for w, k in (("div", "diverged"), ("chance", "at_chance"), ("failed", "failed"))
+                if a[k]]
+        return ", ".join(gone) or f"failed {a['n'] - a['n_ok']}/{a['n']}"
     if a["n_ok"] == 1:  # no spread from one seed
         s = f"{a['mean']:.{digits}f} (1 seed)"
     else:
@@ -24,8 +27,10 @@ def _cell(a: dict | None, digits: int) -> str:
     notes = []
     if a["at_chance"]:
         notes.append(f"{a['at_chance']} at chance")
-    if a["n_ok"] < a["n"]:
-        notes.append(f"{a['diverged']} div" if a["diverged"] else f"{a['n'] - a['n_ok']} failed")
+    if a["diverged"]:
+        notes.append(f"{a['diverged']} div")
+    if a["n_ok"] + a["at_chance"] + a["diverged"] < a["n"]:
+        notes.append(f"{a['n'] - a['n_ok'] - a['at_chance'] - a['diverged']} failed")
     return s + (f" [{', '.join(notes)}]" if notes else "")
 
 
@@ -35,6 +40,7 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     baseline's. With a validation metric and a ``report_metric``, the same
     tables for the reported (test) metric follow, and which algorithm the
     validation metric chose at each (lr, P), with its test value."""
+    records = mark_collapses(records, grid.chance)  # judged on the grid's (validation) metric
     text = _metric_report(grid, records, grid.metric, title)
     if not grid.report_metric or grid.report_metric == grid.metric:
         return text + "\n" + paired_report(grid, records)
@@ -81,7 +87,9 @@ def _pair_table(grid: Grid, rows: list[dict], within, kind: str = "baseline") ->
         head.append(f"within {within:g} of {base} ({m})")
     lines = [f"## paired by seed against {base} ({int(CONFIDENCE * 100)} % t intervals, {unit})", "",
              f"Per seed, the run's {m} minus {base}'s with the same seed (same initial weights, partition and data "
-             "order), then the mean of those differences and its t interval (n - 1 degrees of freedom). "
+             "order), then the mean of those differences and its t interval (n - 1 degrees of freedom); a seed "
+             "whose run diverged or collapsed (ended at chance) on either side is left out (`seeds` counts the "
+             "pairs). "
              "**better**: the interval lies above 0; **worse**: below 0; **tie**: it holds 0 (the difference is "
              "inside the noise of this many seeds)."
              + (f" {m} chooses; {rm} is reported beside it and chooses nothing." if rm else "")
@@ -142,8 +150,10 @@ def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = ""
     lines = [heading or f"# {title or 'study'}: {metric} (mean ± 95 % CI (min-max) over seeds)", "",
              "Cells: mean ± half-width of its 95 % t confidence interval (n - 1 degrees of freedom; min-max, "
              "number of seeds) over the seeds that finished; "
-             "`div k/n`: k of n runs stopped on a non-finite loss; `[k at chance]`: k runs ended at chance "
-             "level (collapsed, counted in the mean); `[k div]`: k diverged runs left out of the mean.", "",
+             "`div k/n`: k of n runs stopped on a non-finite loss; `chance k/n`, `[k at chance]`: k runs "
+             f"finished at chance level (the validation {grid.metric} below chance + 0.01: collapsed), a failure "
+             "left out of the mean and the paired intervals like a divergence; `[k div]`: k diverged runs left "
+             "out of the mean.", "",
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
@@ -217,13 +227,17 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                 if c is None:
                     row += ["-"] * (4 + has_rank0 + (target is not None))
                     continue
+                gone = ", ".join(f"{w} {c[k]}/{c['n']}" for w, k in (("div", "diverged"), ("chance", "at_chance"))
+                                 if c.get(k))
                 if c["mean"] is None:
-                    acc = f"div {c['diverged']}/{c['n']}" if c["diverged"] else f"failed {c['n'] - c['n_ok']}/{c['n']}"
+                    acc = gone or f"failed {c['n'] - c['n_ok']}/{c['n']}"
                 else:
                     acc = (f"{c['mean']:.{digits}f} (1 seed)" if c["n_ok"] == 1
                            else f"{c['mean']:.{digits}f} ± {c['ci']:.{digits}f}")
                     if 1 < c["n_ok"] < c["n"]:
                         acc += f" ({c['n_ok']}/{c['n']} seeds)"
+                    if gone:
+                        acc += f" [{gone}]"
                 row.append(acc)
                 if has_rank0:
                     row.append("-" if c["rank0_mean"] is None else f"{c['rank0_mean']:.{digits}f}")
