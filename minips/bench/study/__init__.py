@@ -76,7 +76,10 @@ may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
 Statistics (:mod:`minips.stats`): every cell is reported as its mean and
 95 % t interval over seeds; every entry is paired by seed with the baseline
 entry (the registry's baseline, sync), and the report says **better** /
-**worse** / **tie** from the 95 % t interval of the per-seed differences.
+**worse** / **no difference shown** from the 95 % t interval of the per-seed
+differences. A run that diverged or finished at chance (``chance`` + 0.01, 0.11 for
+ten classes: collapsed) is a failure: counted, never averaged or paired
+(:func:`.aggregate.mark_collapsed`).
 Grid keys ``within_points = X`` (a target "within X points of the baseline":
 met / missed / unresolved, with the seeds that would resolve it) and
 ``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
