@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from ...stats import collapsed
 from ..launch import MPIEXEC_MISSING, find_mpiexec
-from .aggregate import contrasts, family_cells, paired_comparisons
+from .aggregate import contrasts, family_cells, mark_collapsed, paired_comparisons
 from .figures import plot_families, plot_study
 from .grid import RunSpec, StudyError, expand, load_grid, parse_contrasts, parse_within
 from .report import families_report, markdown_report
@@ -105,7 +106,10 @@ def run(args) -> int:
             records.append(rec)
             if not done:
                 m = rec.get("metric")
-                log(f"{i + 1}/{len(specs)} P={s.P} {s.lr_name} {s.label} seed {s.seed}: {rec['status']}"
+                status = rec["status"]
+                if status == "ok" and collapsed(m, grid.chance):
+                    status = "collapsed (at chance)"
+                log(f"{i + 1}/{len(specs)} P={s.P} {s.lr_name} {s.label} seed {s.seed}: {status}"
                     + (f" {grid.metric} {m:.4f}" if m is not None else "")
                     + (f" ({rec['wall_s']:.0f} s)" if rec.get("wall_s") else ""))
                 failures = failures + 1 if rec["status"] == "failed" else 0
@@ -123,6 +127,7 @@ def run(args) -> int:
               "(check --out and the --ranks/--seeds/--lr/--algos selection)")
         return 1
     stem = Path(grid.source).stem
+    records = mark_collapsed(records, grid.chance)  # the JSON says which runs collapsed
     cells = family_cells(grid, records)
     (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells,
                                                    "paired": paired_comparisons(grid, records),
