@@ -55,3 +55,20 @@ def test_a_finished_run_without_its_metrics_is_missing_too(tmp_path):
     (tmp_path / "div" / "summary.json").write_text(json.dumps({"status": "diverged"}))
     got = raw.load({"d": tmp_path / "div"}, "t.py")
     assert raw.value(got["d"], "val_accuracy").why == "diverged"
+
+
+@pytest.mark.parametrize("table,docs", [
+    ("docs/bench/accuracy/five/tables.md", ["docs/accuracy.md", "docs/results.md"]),
+    ("docs/bench/accuracy/gaps/tables.md", ["docs/accuracy.md"]),
+    ("docs/bench/scale/study1/accuracy-vs-P.md", ["docs/results.md"]),
+])
+def test_the_docs_quote_the_committed_tables(table, docs):
+    """Where a doc copies a committed table, it copies it as it is now: every data row of the
+    table appears, unchanged, in each doc that quotes it (a stale copy fails here)."""
+    rows = [line for line in (ROOT / table).read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| P |") and not line.startswith("| rule |")]
+    assert rows
+    for doc in docs:
+        text = (ROOT / doc).read_text()
+        stale = [r for r in rows if r not in text]
+        assert not stale, f"{doc} does not quote {len(stale)} row(s) of {table} as they are, e.g. {stale[0]}"
