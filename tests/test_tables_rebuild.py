@@ -72,3 +72,12 @@ def test_the_docs_quote_the_committed_tables(table, docs):
         text = (ROOT / doc).read_text()
         stale = [r for r in rows if r not in text]
         assert not stale, f"{doc} does not quote {len(stale)} row(s) of {table} as they are, e.g. {stale[0]}"
+
+
+def test_raw_run_folders_under_docs_bench_are_not_ignored():
+    """The raw runs of issues 25 and 31 were lost because .gitignore's ``runs/`` matched every folder
+    named runs, docs/bench/**/runs/ included: git must not ignore a run folder there."""
+    import subprocess
+    probe = "docs/bench/accuracy/five/full/runs/P4/fixed/sync/seed3/summary.json"
+    r = subprocess.run(["git", "check-ignore", "-v", probe], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1, f"git ignores {probe}: {r.stdout.strip()} (ignore /runs/, the top folder, only)"
