@@ -158,7 +158,8 @@ def save_trainer(trainer, path) -> None:
     raises on every rank instead of leaving them hanging.
 
     Raises:
-        RuntimeError: the write failed (on every rank).
+        minips.rundir.WriteError: the write failed (on every rank; one line
+            naming the folder and the fix, e.g. free space on a full disk).
     """
     import dataclasses
 
@@ -200,11 +201,13 @@ def save_trainer(trainer, path) -> None:
             state.update(mine)
         try:
             save(path, state)
-        except OSError as e:
-            error = f"could not write checkpoint {path}: {e}"
+        except OSError as e:  # h5py's text is several lines of HDF5 internals: one line instead
+            from .rundir import write_error
+            error = str(write_error(path, e, "checkpoint "))
     error = comm.bcast_obj(error)
     if error:
-        raise RuntimeError(error)
+        from .rundir import WriteError
+        raise WriteError(error + " (the earlier checkpoint, if any, is kept as it was)")
 
 
 def restore_trainer(trainer, path) -> None:

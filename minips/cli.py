@@ -23,6 +23,7 @@ from pathlib import Path
 from . import end_startup_sigint_deferral
 from .labs import averaging_cli as gossip_lab
 from .bench import cli as bench_cli
+from .options import finite_float
 
 __all__ = ["main", "build_parser", "add_train_arguments", "config_from_args", "SUBCOMMANDS"]
 
@@ -153,10 +154,10 @@ def add_compare_arguments(p):
                         f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
                         "(better / worse / no difference shown), decided on the validation split with "
                         "--val-fraction, else on the test split (compare.md then says so); overrides --seed")
-    p.add_argument("--within", type=float, metavar="POINTS",
+    p.add_argument("--within", type=finite_float, metavar="POINTS",
                    help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
                         "BLEU points), reported as met / missed / unresolved")
-    p.add_argument("--target-accuracy", type=float, metavar="ACC",
+    p.add_argument("--target-accuracy", type=finite_float, metavar="ACC",
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
     p.set_defaults(func=cmd_compare)
@@ -390,7 +391,7 @@ def _add_topology(p):
     p.add_argument("name", choices=list(TOPOLOGIES))
     p.add_argument("-n", type=int, default=8, help="number of ranks (default 8)")
     p.add_argument("--seed", type=int, help="random-geometric: seed of the points (default 0)")
-    p.add_argument("--radius", type=float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
+    p.add_argument("--radius", type=finite_float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
     p.add_argument("--plot", help="PNG file to draw the graph into")
     p.set_defaults(func=cmd_topology)
 
@@ -482,9 +483,10 @@ def main(argv=None) -> int:
             from .distributed.comm import abort_on_exception, get_comm
             abort_on_exception(get_comm(), e)
         if isinstance(e, KeyboardInterrupt) and not mpi_started():  # before any run: one line, not a traceback
+            from .distributed.comm.mpi import stop_hint
             return fail_before_mpi("interrupted (SIGINT) while starting, before MPI started; ending every rank (to "
-                                   "stop a run and keep a checkpoint, send SIGTERM or Ctrl-C to mpiexec once it "
-                                   "trains)" if under_mpi else "interrupted (SIGINT) while starting; nothing ran", 130)
+                                   f"stop a run and keep a checkpoint once it trains, {stop_hint()})" if under_mpi
+                                   else "interrupted (SIGINT) while starting; nothing ran", 130)
         raise
 
 

@@ -26,14 +26,14 @@ import sys
 from pathlib import Path
 
 from .report import time_to_target
-from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write, run_folder, write_json
+from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write_all, json_text, run_folder
 from .stats import COLLAPSE_MARGIN, Failure
 
 #: chance level of an accuracy in compare --seeds: ten classes, as in every classification set minips ships
 CHANCE_ACCURACY = 0.1
 
 __all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "seeds_report",
-           "time_to_target", "traffic_ratio"]
+           "time_to_target", "traffic_ratio", "baseline_run"]
 
 
 def parse_algos(spec: str) -> list[dict]:
@@ -79,8 +79,9 @@ def check_algos(base_cfg, algos: list[dict], out, seeds: list[int] | None = None
     """
     from .config import ConfigError, check_out_dir
 
-    from .rundir import check_fresh
+    from .rundir import check_fresh, check_unlocked
     out = check_out_dir(out)
+    check_unlocked(out)  # another compare writes this folder (it holds OUT/run.lock while it runs)
     check_fresh(out, base_cfg.overwrite)  # an older compare's runs and table would be mixed with this one's
     seen = {}
     for entry, seed in [(e, s) for s in (seeds or [None]) for e in algos]:
@@ -89,6 +90,7 @@ def check_algos(base_cfg, algos: list[dict], out, seeds: list[int] | None = None
             raise ConfigError(f"--algos entries {seen[cfg.out]!r} and {entry['label']!r} are the same run "
                               f"(both would write {cfg.out}); list each algorithm once")
         seen[cfg.out] = entry["label"]
+        check_unlocked(cfg.out)  # a run (of any seed) in progress there: refused before --overwrite clears it
         try:
             cfg.validate()
             spec = cfg.resolve_algo()
@@ -106,16 +108,23 @@ def _without_spec(error: Exception, spec: str) -> str:
     return str(error).removeprefix(f"algorithm spec {spec!r}: ")
 
 
-def traffic_ratio(summary: dict, summaries: list[dict]) -> float | None:
+def traffic_ratio(summary: dict, summaries: list[dict], base: dict | None = None) -> float | None:
     """Bytes sent per rank per step relative to the registry's baseline run in
     the same comparison (None when the baseline is not among them or either
-    did not count its traffic)."""
-    from .distributed.algorithms import BASELINE, resolve
-    base = next((s for s in summaries if resolve(s["algo"]).name == BASELINE
-                 and s.get("bytes_sent_per_step")), None)
+    did not count its traffic). ``base``: that baseline's summary when the
+    caller has found it already (:func:`baseline_run`)."""
+    base = base if base is not None else baseline_run(summaries)
     if base is None or summary.get("bytes_sent_per_step") is None:
         return None
     return summary["bytes_sent_per_step"] / base["bytes_sent_per_step"]
+
+
+def baseline_run(summaries: list[dict]) -> dict | None:
+    """The first summary of the registry's baseline algorithm (sync) that
+    counted its traffic, or None."""
+    from .distributed.algorithms import BASELINE, resolve
+    return next((s for s in summaries if s.get("bytes_sent_per_step") and resolve(s["algo"]).name == BASELINE),
+                None)
 
 
 def markdown_table(summaries: list[dict], target: float | None = None) -> str:
@@ -129,7 +138,8 @@ def markdown_table(summaries: list[dict], target: float | None = None) -> str:
         metric_cols.append(("rank0_test_accuracy", "rank 0 acc"))
     diverse = any(s.get("consensus_distance") is not None for s in summaries)  # ranks that differ
     metric = metric_cols[0][0]
-    ratios = [traffic_ratio(s, summaries) for s in summaries]
+    base = baseline_run(summaries)  # once: a spec is parsed and checked to find it
+    ratios = [traffic_ratio(s, summaries, base) for s in summaries]
     has_ratio = any(r is not None for r in ratios)
     virt = any(s.get("virtual") for s in summaries)  # ranks were threads: times are not a cluster's
     tag = " (VIRTUAL)" if virt else ""
@@ -210,6 +220,7 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
         ConfigError: an entry that a run would refuse, naming the entry.
     """
     from .config import ConfigError
+    from .data.shared import shared_data
     from .distributed.comm import get_comm
     from .train import Trainer
 
@@ -220,19 +231,58 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
     runs = [(e, s) for s in seeds for e in algos] if many else [(e, None) for e in algos]
     check_algos(base_cfg, algos, out, seeds if many else None)
     comm = get_comm(base_cfg.network, base_cfg.progress, base_cfg.allreduce, base_cfg.ranks_per_node or None)
-    for entry in algos:  # collective: every rank builds every entry once, nothing is written
+    # the data set is read and normalised once for all the runs (and their preflights), not once per run
+    with shared_data():
+        for entry in algos:  # collective: every rank builds every entry once, nothing is written
+            try:
+                Trainer(_run_config(base_cfg, entry, out), comm).preflight()
+            except ValueError as e:
+                raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
+        if comm.rank == 0 and many and not base_cfg.val_fraction:
+            print("compare --seeds: no --val-fraction, so the statistics over seeds decide on the test split "
+                  "(compare.md says so); add --val-fraction 0.1 to decide on a validation split", file=sys.stderr)
+        return _locked_run_all(base_cfg, comm, runs, out, target, seeds if many else None, within)
+
+
+def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+    """Take the folder's lock, clear it under --overwrite, and train the runs."""
+    # Rank 0 takes the folder's lock (OUT/run.lock) for the whole comparison
+    # before --overwrite clears anything, so that a second compare into the
+    # same folder is refused instead of deleting this one's finished runs
+    # (each run also locks its own subfolder); the outcome is broadcast.
+    from .rundir import LOCK, RunFolderError, clear_run_files, release_lock_of, take_lock
+    lock, error = None, None
+    if comm.rank == 0:
         try:
-            Trainer(_run_config(base_cfg, entry, out), comm).preflight()
-        except ValueError as e:
-            raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
-    if comm.rank == 0 and many and not base_cfg.val_fraction:
-        print("compare --seeds: no --val-fraction, so the statistics over seeds decide on the test split "
-              "(compare.md says so); add --val-fraction 0.1 to decide on a validation split", file=sys.stderr)
-    if comm.rank == 0 and base_cfg.overwrite:
-        from .rundir import clear_run_files
-        clear_run_files(out)
+            lock = take_lock(out)
+        except RunFolderError as e:
+            error = str(e)
+        if lock is not None and base_cfg.overwrite:
+            clear_run_files(out)
+    error, owner = comm.bcast_obj((error, lock.owner if lock is not None else None))
+    if error:
+        raise RunFolderError(error)
+    if lock is not None and lock.replaced and not base_cfg.quiet:
+        print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
+              "no longer runs", flush=True)
+    try:
+        return _run_all(base_cfg, comm, runs, out, target, seeds, within)
+    except BaseException:
+        if owner is not None and comm.rank != 0:  # rank 0 may be killed by this rank's abort: free its lock
+            release_lock_of(out / LOCK, owner)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+    """Train the runs of :func:`run_compare` one after the other and write the
+    report after each (the folder's lock is held by the caller)."""
+    from .train import Trainer
+
     summaries = []
-    report = dict(runs=runs, target=target, seeds=seeds if many else None, within=within)
+    report = dict(runs=runs, target=target, seeds=seeds, within=within)
     for entry, seed in runs:
         cfg = _run_config(base_cfg, entry, out, seed)
         if comm.rank == 0 and not cfg.quiet:
@@ -297,8 +347,7 @@ def _write_report(out: Path, summaries: list[dict], runs: list[tuple], target, s
         rest = [m for m in missing if failed is None or m != failed[0]]
         if rest:
             text += f" Not run{' yet' if failed is None else ''}: {', '.join(rest)}."
-    atomic_write(out / COMPARE_MD, text + "\n")
-    write_json(out / COMPARE_JSON, summaries)
+    atomic_write_all({out / COMPARE_MD: text + "\n", out / COMPARE_JSON: json_text(summaries)})  # both or neither
     return text
 
 

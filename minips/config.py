@@ -6,6 +6,7 @@ and the output-directory check. Errors a user can cause raise
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,6 +154,13 @@ class TrainConfig(_RunOptions):
         def need(cond, msg):
             if not cond:
                 raise ConfigError(msg)
+        # NaN and infinities pass float() (and TOML has inf and nan), but no option
+        # means them: --lr inf would diverge at the first step, and a NaN fails
+        # every comparison below with the wrong advice
+        numbers = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "algo_options"}
+        for name, v in {**numbers, **self.algo_options}.items():
+            need(not isinstance(v, float) or math.isfinite(v),
+                 f"--{name.replace('_', '-')} must be a finite number, got {v}")
         need(self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}")
         need(self.seed >= 0, f"--seed must be >= 0 (the generators take non-negative seeds), got {self.seed}")
         need(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")

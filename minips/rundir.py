@@ -14,7 +14,11 @@ A run folder (``train --out DIR``) holds::
 
 A ``compare --out DIR`` folder holds one run folder per ``--algos`` entry
 (:func:`run_folder`), ``compare.md`` and ``compare.json`` (the summaries, in
-order) and the figures. Every file is written atomically (:func:`atomic_write`).
+order) and the figures, and ``run.lock`` while the compare runs (each run
+also locks its own folder). Every file is written atomically
+(:func:`atomic_write`, :func:`atomic_write_all`, :func:`atomic_savefig`); a
+write that fails (a full disk) raises :class:`WriteError`, one line naming the
+folder and the fix, and leaves no temporary file.
 docs/runs.md describes the folder, the lock and resuming for users.
 """
 from __future__ import annotations
@@ -32,7 +36,8 @@ import numpy as np
 __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
            "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "release_lock_of",
-           "check_unlocked", "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files"]
+           "check_unlocked", "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files",
+           "WriteError", "write_error", "atomic_write_all", "atomic_savefig", "json_text"]
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
@@ -310,14 +315,106 @@ def csv_text(keys, rows) -> str:
     return buf.getvalue()
 
 
+class WriteError(RunFolderError):
+    """A file of a run (or of compare, bench study) could not be written: the
+    disk is full, the folder read-only ... (:func:`write_error`). The message
+    is one line naming the file, why and the fix."""
+
+
+def write_error(path, e: OSError, what: str = "") -> WriteError:
+    """The one-line :class:`WriteError` for ``e``, raised while writing
+    ``path`` (``what``: e.g. "checkpoint "). A full disk (ENOSPC, or a quota:
+    EDQUOT) names the folder to free space in; a read-only or forbidden folder
+    says to give another one. h5py's errors carry the errno but a multi-line
+    text of HDF5 internals: only the C library's message is kept."""
+    import errno
+    folder = Path(path).parent
+    why = e.strerror or str(e).splitlines()[0]
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = os.strerror(e.errno)
+        fix = (f"free space on the disk that holds {folder} (see df -h {folder}), or give --out a folder on "
+               "another disk, and run again")
+    elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        why = os.strerror(e.errno)
+        fix = "give --out a folder you can write, or fix its permissions, and run again"
+    else:
+        fix = f"check the disk that holds {folder}, or give --out a folder on another disk, and run again"
+    return WriteError(f"cannot write {what}{path} ({why}); {fix}")
+
+
+def _tmp_of(path: Path) -> Path:
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: writers never share one
+
+
+def _discard(tmps) -> None:
+    for tmp in tmps:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def atomic_write_all(files: dict) -> None:
+    """Write several files (``{path: text}``) all or none: every text goes to
+    its temporary file (flushed, fsynced) first, and only then are they
+    renamed into place, so a full disk leaves every file as it was (a run's
+    summary.json never stands beside a missing trace.csv, compare.md never
+    beside an older compare.json).
+
+    Raises:
+        WriteError: as :func:`atomic_write`; no temporary file is left.
+    """
+    done = []
+    path = None
+    try:
+        for path, text in files.items():
+            path = Path(path)
+            tmp = _tmp_of(path)
+            done.append(tmp)
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        for path in files:
+            path = Path(path)
+            os.replace(_tmp_of(path), path)
+    except BaseException as e:  # a full disk, or an interruption mid-write: no temporary file is left
+        _discard(done)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
+        raise
+
+
+def atomic_savefig(fig, path, **kwargs) -> None:
+    """``fig.savefig(path, **kwargs)`` atomically (a temporary file renamed
+    into place; the format from ``path``'s suffix).
+
+    Raises:
+        WriteError: as :func:`atomic_write`; no temporary or partial figure is left.
+    """
+    path = Path(path)
+    tmp = _tmp_of(path)
+    try:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kwargs)
+        os.replace(tmp, path)
+    except BaseException as e:
+        _discard([tmp])
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
+        raise
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` via a temporary file beside it
+    (``NAME.PID.tmp``), flushed, fsynced and renamed over ``path``, so a crash
+    never leaves half a file: ``path`` is either the old version or the new one.
+
+    Raises:
+        WriteError: the write failed (a full disk, a read-only folder: one
+            line naming the folder and the fix); the temporary file is removed
+            and ``path`` is left as it was.
+    """
+    atomic_write_all({Path(path): text})
 
 
 
@@ -327,7 +424,12 @@ def write_csv(path: Path, rows: list[dict], keys=None) -> None:
     atomic_write(Path(path), csv_text(keys, rows))
 
 
+def json_text(obj) -> str:
+    """``obj`` as indented, valid JSON (NumPy scalars become numbers; NaN and
+    infinities, which JSON lacks, become null)."""
+    return json.dumps(_finite(obj), indent=2, default=json_default, allow_nan=False) + "\n"
+
+
 def write_json(path: Path, obj) -> None:
-    """``obj`` as indented, valid JSON, atomically (NumPy scalars become
-    numbers; NaN and infinities, which JSON lacks, become null)."""
-    atomic_write(Path(path), json.dumps(_finite(obj), indent=2, default=json_default, allow_nan=False) + "\n")
+    """``obj`` as indented, valid JSON (:func:`json_text`), atomically."""
+    atomic_write(Path(path), json_text(obj))

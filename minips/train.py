@@ -292,23 +292,41 @@ class Trainer:
         t_start = self._t_start = time.perf_counter()
         try:
             self.comm_alone_s = self.measure_comm_alone()
-            samples, stopped = self._train_epochs(stopper, bar, out)
+            # A diverging run overflows to inf and NaN inside the layers first:
+            # the loss check (_train_step) reports it in one line naming the
+            # fix, so NumPy's RuntimeWarnings would only print noise before it
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                samples, stopped = self._train_epochs(stopper, bar, out)
         except BaseException:
             self._abandon(stopper, bar)
             raise
-        bar.close()
-        self.algo.finish()  # drain the pipeline: no request left pending
-        stopper.close()
-        if stopped == "signal" or cfg.checkpoint_every:  # the final state, to continue or inspect
-            self.save_checkpoint(out / rundir.CHECKPOINT)
-            if stopped == "signal":
-                self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / rundir.CHECKPOINT} "
-                          f"(continue with --resume {out / rundir.CHECKPOINT})")
-        wall = time.perf_counter() - t_start
-        summary = report.summary(self, wall, samples, stopped, wall_before=self.wall_before)
-        if comm.rank == 0:
-            self._write_outputs(out, summary)
-            self._say(report.format_breakdown(summary))
+        # The signal handlers stay until the outputs are written: a signal from
+        # here on cannot stop anything (training is over), so it must neither
+        # be lost without a word nor kill the run while it writes its results.
+        try:
+            bar.close()
+            self.algo.finish()  # drain the pipeline: no request left pending
+            stopper.complete()
+            if stopped == "signal" or cfg.checkpoint_every:  # the final state, to continue or inspect
+                self.save_checkpoint(out / rundir.CHECKPOINT)
+                if stopped == "signal":
+                    self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / rundir.CHECKPOINT} "
+                              f"(continue with --resume {out / rundir.CHECKPOINT})")
+            wall = time.perf_counter() - t_start
+            summary = report.summary(self, wall, samples, stopped, wall_before=self.wall_before)
+            if comm.rank == 0:
+                self._write_outputs(out, summary)
+                self._say(report.format_breakdown(summary))
+            if comm.size > 1:  # rank 0 lets go of the signals last: one that any rank got, rank 0 got too
+                if comm.rank != 0:
+                    stopper.close(wait=False)
+                comm.barrier()
+            stopper.close(wait=False)
+            if stopper.late:
+                self._say(f"note: the stop signal came after the last step, with nothing left to stop: the run "
+                          f"finished and its results are in {out}")
+        finally:
+            stopper.close(wait=False)
         return summary
 
     def _nothing_to_train(self, out: Path) -> dict:
@@ -405,12 +423,15 @@ class Trainer:
                     self.check_replicas()
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
                     self.save_checkpoint(out / rundir.CHECKPOINT)
-                if self.global_step >= self.total_steps:
-                    data_left = epoch < cfg.epochs - 1 or b + self.algo.batches_per_step() <= self.steps_per_epoch
-                    stopped = "max_steps" if data_left else None
-                    break
-                if stopper.should_stop():
+                # the run's last step (--max-steps, or no further step fits in the last
+                # epoch) completes its stop exchange at once: no later step would read it
+                data_left = epoch < cfg.epochs - 1 or b + self.algo.batches_per_step() <= self.steps_per_epoch
+                last = self.global_step >= self.total_steps or not data_left
+                if stopper.should_stop_last() if last else stopper.should_stop():
                     stopped = "signal"
+                    break
+                if self.global_step >= self.total_steps:
+                    stopped = "max_steps" if data_left else None
                     break
             start_batch = 0
             complete = b + self.algo.batches_per_step() > self.steps_per_epoch  # no further step fits
@@ -544,11 +565,15 @@ class Trainer:
         return value
 
     def _diverged(self, value: float):
-        where = self._write_trace_at_divergence()
+        try:
+            where = self._write_trace_at_divergence()
+            trace = f"; the trace up to here is in {where}" if where else ""
+        except OSError as e:  # a full disk: the divergence is still the news, in one line
+            where = rundir.diverged_trace(self.cfg.out, self.comm.rank)
+            trace = f"; the trace up to here could not be written to {where} ({e.strerror or e})"
         raise FloatingPointError(
             f"loss is {value} at step {self.global_step} (rank {self.comm.rank}); training diverged. "
-            "Lower --lr, or check the data; the last checkpoint (if any) is kept"
-            + (f"; the trace up to here is in {where}" if where else ""))
+            "Lower --lr, or check the data; the last checkpoint (if any) is kept" + trace)
 
     def check_replicas(self) -> None:
         """Compare a hash of the weights across ranks; raise if any differ.
@@ -592,10 +617,19 @@ class Trainer:
         rundir.write_csv(out / rundir.METRICS, self.history, keys)
 
     def _write_outputs(self, out: Path, summary: dict) -> None:
-        self._write_metrics(out)
-        rundir.write_json(out / rundir.SUMMARY, summary)
+        """The run's files at its end, all or none (:func:`minips.rundir.atomic_write_all`):
+        metrics.csv, summary.json (which marks a finished run: ``plot``,
+        ``compare`` and ``bench study`` read a folder with one as complete) and
+        trace.csv. A write that fails (a full disk) raises
+        :class:`~minips.rundir.WriteError` in one line and leaves every file as
+        it was, with no temporary file: never a summary.json beside a missing trace."""
+        keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
+        files = {out / rundir.METRICS: rundir.csv_text(keys, self.history),
+                 out / rundir.SUMMARY: rundir.json_text(summary)}
         if self.trace_rows:
-            rundir.write_csv(out / rundir.TRACE, self.trace_rows)
+            files[out / rundir.TRACE] = rundir.csv_text(list(dict.fromkeys(k for r in self.trace_rows for k in r)),
+                                                        self.trace_rows)
+        rundir.atomic_write_all(files)
 
 
 def _split_batch(batch, n: int) -> list:

@@ -1,15 +1,59 @@
-"""Shared test helpers."""
+"""Shared test helpers, and how the suite shares the cores.
+
+The README's test command runs one pytest-xdist worker per core (setup.cfg's
+``addopts``). Each worker then computes with one Numba and one BLAS thread
+(set here, before NumPy and Numba load), as the subprocesses the tests start
+do (:func:`subprocess_env`): two workers of two threads each on two cores
+would wait for each other's descheduled threads. Tests marked ``mpi`` run one
+at a time (:func:`one_mpi_job_at_a_time`).
+"""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402  (after the thread counts)
+import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def mpi_jobs_share_the_cores(request, tmp_path_factory):
+    """Under pytest-xdist (the README's test command runs one worker per core),
+    tests marked ``mpi`` share a lock between the workers: a test marked
+    ``mpi(ranks=N)`` with N > 2 takes it alone, a two-rank one (``mpi``) shares
+    it with other two-rank ones. Two ``mpiexec`` jobs of 4 or 8 ranks at once
+    would put up to 16 busy-polling ranks on 2 cores and slow each other into
+    timeouts; meanwhile the other workers go on with tests that launch no
+    ranks. Without xdist there is nothing to share."""
+    marker = request.node.get_closest_marker("mpi")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or marker is None:
+        yield
+        return
+    alone = marker.kwargs.get("ranks", 2) > 2
+    # every worker's basetemp is a folder of one per-session root
+    lock = tmp_path_factory.getbasetemp().parent / "mpi-tests.lock"
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first, in their file order: the xdist scheduler
+    hands tests out in this order, so the long ones start early and the end of
+    the run is short tests that fill both cores (longest first)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
@@ -44,11 +88,99 @@ def subprocess_env(extra=None):
     return e
 
 
-def run_cli(args, timeout=120, env=None, cwd=None):
-    """Run ``python -m minips ARGS`` in a subprocess; returns CompletedProcess."""
-    e = subprocess_env(env)
-    return subprocess.run([sys.executable, "-m", "minips", *args], capture_output=True, text=True,
-                          timeout=timeout, env=e, cwd=cwd or ROOT)
+def mpiexec_args(n: int) -> list[str]:
+    """``mpiexec -n n`` (the one on PATH) with the flags its launcher needs to
+    start ranks from a test: Open MPI's ``--allow-run-as-root`` (as root) and
+    ``--oversubscribe`` (more ranks than cores); none for MPICH or Intel MPI
+    (:meth:`minips.distributed.comm.mpi.Launcher.job_args`)."""
+    from minips.bench.launch import mpiexec_command
+    import shutil
+    found = shutil.which("mpiexec")
+    if found is None:  # pragma: no cover - the mpi extra installs it
+        pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
+    return mpiexec_command(found, n)
+
+
+def stop_signal():
+    """The signal that stops a job of the ``mpiexec`` on PATH with every rank's
+    checkpoint: SIGTERM under Hydra (MPICH, Intel MPI), SIGUSR1 under Open MPI
+    (whose mpiexec kills the ranks on SIGTERM)."""
+    import shutil
+    import signal
+    from minips.distributed.comm.mpi import mpiexec_launcher
+    return signal.Signals[mpiexec_launcher(shutil.which("mpiexec")).stop_signal]
+
+
+def launcher_lines(text: str) -> list[str]:
+    """The non-blank lines of a job's output, less the launcher's own closing
+    report of an abort, which no rank can silence: Open MPI's mpiexec prints
+    "prterun has exited due to process rank R ... calling "abort"" between
+    two lines of dashes (and a NUL) after any rank's ``MPI_Abort``. Every
+    other line stays (the "MPI_ABORT was invoked" banner of Open MPI's
+    library, which minips avoids, included)."""
+    lines = [ln for ln in text.replace("\x00", "").splitlines() if ln.strip()]
+    dashes = [i for i, ln in enumerate(lines) if set(ln.strip()) == {"-"}]
+    drop = set()
+    for a, b in zip(dashes, dashes[1:]):
+        block = " ".join(lines[a + 1:b])
+        if "has exited due to process rank" in block and '"abort"' in block:
+            drop.update(range(a, b + 1))
+    return [ln for i, ln in enumerate(lines) if i not in drop]
+
+
+def run_cli(args, timeout=120, env=None, cwd=None, process=False):
+    """``python -m minips ARGS``, returning what ``subprocess.run`` would
+    (``returncode``, ``stdout``, ``stderr``).
+
+    By default the command runs in this process: :func:`minips.cli.main` with
+    ``ARGS`` from the repository root, its output captured, the environment,
+    the working directory and the signal handlers restored afterwards. That is
+    the command's own code path (the same one-line errors and exit status; an
+    exception that escapes ``main`` gives status 1 and its traceback in
+    ``stderr``, as Python would; warnings are printed to ``stderr`` under a new
+    interpreter's filters, not recorded by pytest, so a test sees a NumPy
+    RuntimeWarning where a user would), without the 1.3-2 s of CPU a new
+    process spends importing NumPy and Numba. ``process=True`` (or ``env`` or ``cwd``)
+    starts a real ``python -m minips`` instead: for what only a process shows
+    (its start-up, the environment it reads at import, signals, exit codes of
+    the interpreter itself).
+    """
+    if process or env is not None or cwd is not None:
+        e = subprocess_env(env)
+        return subprocess.run([sys.executable, "-m", "minips", *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, env=e, cwd=cwd or ROOT)
+    import contextlib
+    import io
+    import signal
+    import traceback
+    import warnings
+    from types import SimpleNamespace
+
+    from minips.cli import main
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.chdir(ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.resetwarnings()  # a new interpreter's filters: each warning once per place, printed
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Exception:  # noqa: BLE001 - what the interpreter would print and exit 1 with
+                err.write(traceback.format_exc())
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for s, h in saved_signals.items():
+            signal.signal(s, h)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def run_ranks(n, script, *argv, timeout=120, mpi=False):
@@ -69,14 +201,13 @@ def run_ranks(n, script, *argv, timeout=120, mpi=False):
     import contextlib
     import io
     import runpy
-    import shutil
     import traceback
     from types import SimpleNamespace
 
     if mpi:
         cmd = [sys.executable, str(script), *argv]
         if n:
-            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+            cmd = [*mpiexec_args(n), *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     from minips.distributed.algorithms import ALGORITHMS
     from minips.distributed.comm import virtual
@@ -107,14 +238,13 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
     ``mpi=True`` under ``mpiexec -n n`` (n = 0: one plain process)."""
     import contextlib
     import io
-    import shutil
     from types import SimpleNamespace
 
     args = [str(a) for a in args]
     if mpi:
         cmd = [sys.executable, "-m", "minips", *args]
         if n:
-            cmd = [shutil.which("mpiexec"), "-n", str(n), *cmd]
+            cmd = [*mpiexec_args(n), *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     from minips.cli import main
     out, err = io.StringIO(), io.StringIO()
@@ -124,3 +254,16 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def pytest_configure(config):
+    """Once per test session, before any worker starts: compile the project's
+    Python files to bytecode (``__pycache__``). Where PYTHONDONTWRITEBYTECODE is
+    set, as on some CI machines, every ``python -m minips`` and ``mpiexec`` rank
+    a test starts would otherwise compile minips from source again (about 0.3 s
+    of CPU per process); reading ``.pyc`` files is allowed either way."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import compileall
+    for folder in ("minips", "kernels", "tests", "tutorials"):
+        compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)

@@ -53,7 +53,7 @@ def expected_bytes_sent(P, r):
             "exchange": exchange, "bcast": bcast, "allreduce_scalar": scalars, "allreduce": allreduce}
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 @pytest.mark.parametrize("P", [2, 3, 4])
 def test_every_primitive_on_P_ranks(P, tmp_path):
     proc = run_worker(P, "all", tmp_path)

@@ -296,7 +296,7 @@ def test_every_method_is_in_a_rate_test():
     assert tested == set(METHODS)
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
     """One launch of 4 ranks runs every method; the vectorised cluster runs them here."""
     from .gossiplab_worker import CASES, ROUNDS

@@ -46,7 +46,7 @@ def test_hierarchical_sum_on_virtual_ranks_is_fixed_order_identical_and_close_to
     _check_sums(json.loads(out.read_text()), P)
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_hierarchical_sum_under_mpiexec_uses_the_shared_window(tmp_path):
     out = tmp_path / "s.json"
     r = run_ranks(4, WORKER, "sums", str(out), mpi=True, timeout=120)
@@ -54,7 +54,7 @@ def test_hierarchical_sum_under_mpiexec_uses_the_shared_window(tmp_path):
     _check_sums(json.loads(out.read_text()), 4)
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_emulation_charges_only_the_traffic_between_nodes(tmp_path):
     # 1 MiB on emulated 1 GbE, 2 nodes x 2: flat ring over 4 ranks T(n, 4) = 12.9 ms; hierarchical: the
     # leaders' ring over 2 nodes, T(n, 2) = 8.5 ms (the node stages are real shared memory, not charged)
@@ -70,7 +70,7 @@ def test_emulation_charges_only_the_traffic_between_nodes(tmp_path):
     assert res["times"]["flat"] >= res["flat_model"] and res["times"]["hierarchical"] >= res["hier_model"]
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_a_rank_dying_in_the_node_reduction_ends_the_job(tmp_path, how):
     r = run_ranks(4, WORKER, f"fail-{how}", str(tmp_path / "f.json"), mpi=True, timeout=60)
@@ -219,7 +219,7 @@ def test_bench_scaling_project_prints_flat_and_hierarchical_from_a_committed_mea
     assert sync96["hierarchical"]["efficiency"][-1] > sync96["flat"]["efficiency"][-1]
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_bench_comm_measures_both_allreduces(tmp_path):
     out = tmp_path / "c.json"
     r = subprocess.run([shutil.which("mpiexec"), "-n", "4", sys.executable, "-m", "minips", "bench", "comm",

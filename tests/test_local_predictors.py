@@ -43,7 +43,7 @@ def worker_run(tmp_path_factory):
     return np.load(out)
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(worker_run):
     d = worker_run
     sync = d["same_sync"]
@@ -62,7 +62,7 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(worker_run):
         assert not d[f"own_identical_{k}"]   # own data: the ranks' weights differ
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=4)
 def test_sync_warmup_is_sync_then_local(worker_run):
     """``local``'s sync_warmup = W (issue 31): own data per rank; the first W steps
     equal --algo sync bitwise with identical ranks, after them the ranks differ

@@ -167,10 +167,11 @@ def test_emulated_link_carries_one_request_at_a_time(tmp_path):
 BLAS_PROBE = """
 import os, numpy as np          # NumPy (and so BLAS) first, as tutorials and user scripts do
 import minips
+from minips.distributed.comm.mpi import launcher_world   # the rank its launcher set (PMI_RANK, OMPI_COMM_WORLD_RANK)
 from threadpoolctl import threadpool_info
 cores = len(os.sched_getaffinity(0))
 blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
-with open(os.path.join(OUT, "rank" + os.environ["PMI_RANK"]), "w") as f:   # no interleaved stdout
+with open(os.path.join(OUT, "rank" + str(launcher_world()[0])), "w") as f:   # no interleaved stdout
     f.write(" ".join(map(str, [cores, *blas])))
 """
 

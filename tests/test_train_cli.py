@@ -14,7 +14,7 @@ import pytest
 
 from minips import checkpoint
 
-from .conftest import ROOT, run_cli, subprocess_env
+from .conftest import ROOT, run_cli, stop_signal, subprocess_env
 
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet"]
 MPIEXEC = shutil.which("mpiexec")
@@ -174,7 +174,7 @@ def test_sigterm_checkpoints_and_exits_zero(tmp_path):
         assert proc.poll() is None, proc.communicate()[1]
         assert time.time() < deadline, "no checkpoint within the deadline"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # Hydra forwards it to every rank
+    proc.send_signal(stop_signal())  # SIGTERM, which Hydra forwards to every rank; SIGUSR1 under Open MPI
     try:
         stdout, stderr = proc.communicate(timeout=max(5, deadline - time.time()))
     except subprocess.TimeoutExpired:

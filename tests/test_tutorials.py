@@ -81,7 +81,18 @@ def test_every_step_file_is_listed():
     assert files == sorted(STEPS), "tests/test_tutorials.py::STEPS must list every tutorial step"
 
 
-@pytest.mark.parametrize("step", sorted(STEPS))
+#: steps that start mpiexec themselves (besides those run under it); two-rank jobs share the cores (conftest.py)
+LAUNCH_MPI = {"08_predictors", "10_scaling_and_clusters", "11_local_sgd", "12_gossip", "13_compression"}
+
+
+def _step_param(step):
+    marks = [pytest.mark.slow]  # 4-23 s each on idle cores: started first
+    if STEPS[step] > 1 or step in LAUNCH_MPI:
+        marks.append(pytest.mark.mpi)
+    return pytest.param(step, marks=marks)
+
+
+@pytest.mark.parametrize("step", [_step_param(s) for s in sorted(STEPS)])
 def test_tutorial_runs(step, tmp_path):
     p = _run_step(step, STEPS[step], tmp_path)
     out = p.stdout + p.stderr
@@ -132,6 +143,7 @@ def test_check_rejects_wrong_answer(exercise_id):
             ex.check(bad)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("exercise_id", PARALLEL)
 def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
     p = subprocess.run(["mpiexec", "-n", "2", sys.executable, str(Path(__file__).parent / "tutorial_check_worker.py"),

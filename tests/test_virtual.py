@@ -50,7 +50,7 @@ def test_recursive_doubling_order_by_hand():
     assert binomial([1e16, 1.0, -1e16, 1.0, 3.0], lambda a, b: a + b) == ((1e16 + 1.0) + (-1e16 + 1.0)) + 3.0
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=6)
 @pytest.mark.parametrize("P", [3, 6])
 def test_reductions_are_bitwise_those_of_mpiexec(P, tmp_path):
     proc = mpiexec(P, [WORKER, "reductions", str(tmp_path)])

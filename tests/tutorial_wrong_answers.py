@@ -1,5 +1,10 @@
 """Plausible wrong answers to the tutorials' exercises: each check must reject them.
 
+Among them, for the kinds of unfair verdict looked for in every check (issue
+45): answers that write into the caller's arrays (right values otherwise),
+answers that keep an argument the caller reuses, and answers that leave their
+own work undone (a missing wait, a missing ``no_grad``) hoping the check does it.
+
 ``WRONG[exercise_id]()`` returns a list of wrong answers (built lazily, so this
 module imports nothing heavy).
 """
@@ -43,13 +48,37 @@ def _w11():
         def backward(self, g):
             return g * np.exp(self.a) / (1 + np.exp(self.a))
 
-    return [ForgotChainRule, Derivative, OffByOne, Overflows]
+    class ScalesGInPlace(mp.Function):      # right values, but g *= ...: writes into autograd's array
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            e = np.exp(-np.abs(self.a))
+            g *= np.where(self.a >= 0, 1 / (1 + e), e / (1 + e))
+            return g
+
+    class ClipsTheInput(mp.Function):       # right values, but clips self.a in place: the caller's tensor changes
+        def forward(self, a):
+            self.a = a
+            return np.logaddexp(0.0, a)
+
+        def backward(self, g):
+            np.clip(self.a, -700.0, 700.0, out=self.a)
+            return g / (1 + np.exp(-self.a))
+
+    return [ForgotChainRule, Derivative, OffByOne, Overflows, ScalesGInPlace, ClipsTheInput]
 
 
 def _w12():
+    def in_place(x0):                          # right values, but written into the caller's x0
+        x0 *= 2
+        x0 += 3
+        return x0
     return [lambda x0: 2 * np.asarray(x0), lambda x0: np.full_like(np.asarray(x0), 3.0),
             lambda x0: 2 * np.asarray(x0) * 3,
-            lambda x0: [2 * v + 3 for v in x0]]          # right values in a list, not a NumPy array
+            lambda x0: [2 * v + 3 for v in x0],          # right values in a list, not a NumPy array
+            in_place]
 
 
 def _w21():
@@ -64,7 +93,13 @@ def _w21():
         g = kconv.geometry(x.shape, w.shape, stride, padding)
         y2 = w.reshape(g.K, -1) @ kconv.im2col(x, g)
         return y2.reshape(g.K, g.N, g.P, g.Q).transpose(1, 0, 2, 3)
-    return [no_transpose, no_bias]
+
+    def reshapes_w_in_place(x, w, b, stride, padding):   # right values, but w.shape = ... reshapes the caller's w
+        g = kconv.geometry(x.shape, w.shape, stride, padding)
+        w.shape = (g.K, -1)
+        y2 = w @ kconv.im2col(x, g)
+        return y2.reshape(g.K, g.N, g.P, g.Q).transpose(1, 0, 2, 3) + b[None, :, None, None]
+    return [no_transpose, no_bias, reshapes_w_in_place]
 
 
 def _w22():
@@ -101,7 +136,24 @@ def _w31():
                 n += batch_size
         model.train()
         return correct / n
-    return [no_eval, stays_in_eval, drops_last_batch]
+
+    def without_no_grad(model, x, y, batch_size=500):  # right value, but every forward records a graph
+        model.eval()
+        correct = 0
+        for i in range(0, len(x), batch_size):
+            correct += int((model(mp.Tensor(x[i:i + batch_size])).data.argmax(1) == y[i:i + batch_size]).sum())
+        model.train()
+        return correct / len(x)
+
+    def flattens_x_in_place(model, x, y, batch_size=500):   # right value, but x.shape = ... changes the caller's x
+        model.eval()
+        x.shape = (len(x), -1)
+        with mp.no_grad():
+            hits = [model(mp.Tensor(x[i:i + batch_size])).data.argmax(1) == y[i:i + batch_size]
+                    for i in range(0, len(x), batch_size)]
+        model.train()
+        return float(np.concatenate(hits).mean())
+    return [no_eval, stays_in_eval, drops_last_batch, without_no_grad, flattens_x_in_place]
 
 
 def _w32():
@@ -115,7 +167,24 @@ def _w32():
     def nesterov(w, d, v, lr, mu):
         v = d.copy() if v is None else mu * v + d
         return w - lr * (d + mu * v), v
-    return [no_momentum, scaled_by_mu, nesterov]
+
+    def updates_w_in_place(w, d, v, lr, mu):    # right values, but w -= ... writes into the caller's w
+        v = d.copy() if v is None else mu * v + d
+        w -= lr * v
+        return w, v
+
+    def updates_v_in_place(w, d, v, lr, mu):    # right values, but v *= mu; v += d changes the caller's v
+        if v is None:
+            v = d.copy()
+        else:
+            v *= mu
+            v += d
+        return w - lr * v, v
+
+    def keeps_d_as_v(w, d, v, lr, mu):          # right values now, but v IS the gradient buffer after step 1
+        v = d if v is None else mu * v + d
+        return w - lr * v, v
+    return [no_momentum, scaled_by_mu, nesterov, updates_w_in_place, updates_v_in_place, keeps_d_as_v]
 
 
 def _w41():
@@ -143,7 +212,12 @@ def _w41():
         y = x / comm.size if comm.rank == 0 else x.copy()
         comm.allreduce(y)
         return y
-    return [the_sum, in_place, two_ranks, float64_mean, rank0_divides]
+
+    def never_waits(comm, x):               # reads the buffer before the nonblocking allreduce completed
+        y = x.copy()
+        comm.iallreduce(y)
+        return y / comm.size
+    return [the_sum, in_place, two_ranks, float64_mean, rank0_divides, never_waits]
 
 
 def _w42():
@@ -166,7 +240,14 @@ def _w42():
             c()
         req.wait()
         return req
-    return [blocking, work_first, no_progress]
+
+    def never_waits(comm, buf, chunks):     # posts and drives progress, but returns without completing the request
+        req = comm.iallreduce(buf)
+        for c in chunks:
+            c()
+            comm.progress()
+        return req
+    return [blocking, work_first, no_progress, never_waits]
 
 
 def _w51():
@@ -187,7 +268,14 @@ def _w51():
         comm.allreduce(grad)
         grad /= comm.size
         optimizer.apply(0, weights, grad)
-    return [no_mean, local_only, two_ranks, twice]
+
+    def mean_outside(comm, grad, weights, optimizer):   # right update, but grad is left holding the SUM
+        comm.allreduce(grad)
+        optimizer.apply(0, weights, grad / np.float32(comm.size))
+
+    def gathered_copy(comm, grad, weights, optimizer):  # right update, but grad keeps this rank's own gradient
+        optimizer.apply(0, weights, np.mean(np.stack(comm.allgather(grad)), axis=0).astype(np.float32))
+    return [no_mean, local_only, two_ranks, twice, mean_outside, gathered_copy]
 
 
 def _w52():
@@ -232,7 +320,18 @@ def _w61():
                 buckets.append(cur)
                 cur, nb = [], 0
         return buckets + ([cur] if cur else [])
-    return [forward_order, elements_not_bytes, closes_past_the_limit]
+    def reverses_in_place(sizes, bucket_mb):    # right buckets, but sizes.reverse() reorders the caller's list
+        limit = float("inf") if not bucket_mb else bucket_mb * 2**20
+        sizes.reverse()
+        n, buckets, cur, nb = len(sizes), [], [], 0
+        for j, size in enumerate(sizes):
+            cur.append(n - 1 - j)
+            nb += 4 * size
+            if nb >= limit:
+                buckets.append(cur)
+                cur, nb = [], 0
+        return buckets + ([cur] if cur else [])
+    return [forward_order, elements_not_bytes, closes_past_the_limit, reverses_in_place]
 
 
 def _w62():
@@ -276,7 +375,16 @@ def _w71():
             if len(q) > k:
                 w = w - lr * q.popleft()
         return w
-    return [fresh, off_by_one, no_momentum]
+    def no_copy(grad_fn, w0, k, lr, momentum, steps):         # right weights, but w -= ... writes into w0
+        w, v, q = np.asarray(w0), None, deque()
+        for t in range(steps):
+            q.append(grad_fn(w, t))
+            if len(q) > k:
+                g = q.popleft()
+                v = g.copy() if v is None else momentum * v + g
+                w -= lr * v
+        return w
+    return [fresh, off_by_one, no_momentum, no_copy]
 
 
 def _w72():
@@ -319,7 +427,29 @@ def _w81():
             G = G.astype(np.float64)
             self.S = G if self.S is None else self.alpha * G + (1 - self.alpha) * self.S
             return self.S.copy()
-    return [Swapped, Aliased, Float64]
+
+    class KeepsGThenUpdatesInPlace(Predictor):   # issue 45's: S = G, then S *= ..., S += ...: changes the caller's G
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.S is None:
+                self.S = G
+            else:
+                self.S *= (1 - self.alpha)
+                self.S += self.alpha * G
+            return self.S.astype(np.float32, copy=True)
+
+    class KeepsG(Predictor):                     # S = G (no copy), then new arrays: S changes when G's buffer is reused
+        def __init__(self, staleness=1, alpha=0.5):
+            super().__init__(staleness)
+            self.alpha, self.S = alpha, None
+
+        def forecast(self, G, w_now, w_then):
+            self.S = G if self.S is None else self.alpha * G + (1 - self.alpha) * self.S
+            return self.S.astype(np.float32, copy=True)
+    return [Swapped, Aliased, Float64, KeepsGThenUpdatesInPlace, KeepsG]
 
 
 def _w82():
@@ -347,7 +477,22 @@ def _w82():
                 self.L = self.alpha * G + (1 - self.alpha) * (Lp + self.B)
                 self.B = self.beta * (self.L - Lp) + (1 - self.beta) * self.B
             return (self.L + self.B).astype(np.float32)
-    return [NoTrend, OneStepAhead]
+
+    class KeepsGAsLevel(Predictor):            # L = G (no copy), then L updated in place: changes the caller's G
+        def __init__(self, staleness=1, alpha=0.5, beta=0.1):
+            super().__init__(staleness)
+            self.alpha, self.beta, self.L, self.B = alpha, beta, None, None
+
+        def forecast(self, G, w_now, w_then):
+            if self.L is None:
+                self.L, self.B = G, np.zeros_like(G)
+            else:
+                prev = self.L.copy()
+                self.L *= 1 - self.alpha
+                self.L += (1 - self.alpha) * self.B + self.alpha * G
+                self.B = self.beta * (self.L - prev) + (1 - self.beta) * self.B
+            return (self.L + self.k * self.B).astype(np.float32)
+    return [NoTrend, OneStepAhead, KeepsGAsLevel]
 
 
 def _w101():
@@ -407,7 +552,14 @@ def _w92():
         picked = np.take_along_axis(np.log(p), targets[..., None], axis=-1)[..., 0]
         real = targets != pad_id
         return float(-(picked * real).sum() / real.sum())
-    return [counts_padding, unstable]
+
+    def shifts_logits_in_place(logits, targets, pad_id):   # right value, but logits -= ... changes the caller's
+        logits -= logits.max(axis=-1, keepdims=True)       # array (in the step: the model's output)
+        log_p = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+        real = targets != pad_id
+        return float(-(picked * real).sum() / real.sum())
+    return [counts_padding, unstable, shifts_logits_in_place]
 
 
 def _w111():
@@ -641,12 +793,22 @@ def _w122():
         x[...], w[...] = nx, nw
         return x, w
 
+    def appends_self(x, w, nbrs):              # right values, but out.append(i) changes the caller's graph
+        x, w = np.asarray(x, float), np.asarray(w, float)
+        nx, nw = np.zeros_like(x), np.zeros_like(w)
+        for i, out in enumerate(nbrs):
+            out.append(i)
+            for j in out:
+                nx[j] += x[i] / len(out)
+                nw[j] += w[i] / len(out)
+        return nx, nw
+
     def lists(x, w, nbrs):                     # right values as lists: the step's x / w[:, None] fails
         x, w = np.asarray(x, float), np.asarray(w, float)
         nx, nw = push(x, w, nbrs, lambda i, k: x[i] / (k + 1), lambda i, k: w[i] / (k + 1))
         return nx.tolist(), nw.tolist()
     return [lists, weight_not_split, weight_not_split_summed, divide_before_sum, returns_estimate, keeps_whole,
-            sends_whole, forgets_own_share, by_in_degree, pulls, in_place]
+            sends_whole, forgets_own_share, by_in_degree, pulls, in_place, appends_self]
 def _w131():
     def no_error_added(g, e, compress):        # compresses g alone: the memory is never sent
         sent = compress(g)

@@ -242,7 +242,8 @@ show(fig, OUT / "finite_difference_error.png")
 # `np.logaddexp`). Write its `backward`: given `g = dL/dy`, return `dL/da`.
 # (Hint: differentiate `log(1 + e^a)`. `np.exp(a)` overflows for `a` above about 709; the
 # stable way, used by `minips.ops._sigmoid`, goes through `np.exp(-np.abs(a))`.)
-# The check runs `gradcheck` on your op.
+# Return a new array: do not write into `g` (autograd's) or `self.a` (the input tensor's own
+# data). The check runs `gradcheck` on your op.
 
 # %%
 class Softplus(mp.Function):
@@ -270,8 +271,8 @@ Softplus = exercise("1.1", Softplus)
 # (3 * x).sum().backward()
 # ```
 #
-# Write `predicted_grad(x0)` returning it as a NumPy array, computed from `x0` with NumPy
-# only (no minips). The check compares it with what minips does.
+# Write `predicted_grad(x0)` returning it as a new NumPy array, computed from `x0` with NumPy
+# only (no minips), leaving `x0` as it is. The check compares it with what minips does.
 
 # %%
 def predicted_grad(x0):

@@ -139,8 +139,9 @@ print(f"MLP after one epoch: test accuracy {accuracy(mlp, ds.test_x, ds.test_y):
 # distributed steps, `d` will be an *averaged* gradient (step 5), or a *stale* or
 # *predicted* one (steps 7-8); the update itself never changes. Read `minips/optim.py` and
 # write it for momentum `mu` without weight decay or Nesterov: return the new weights and
-# the new momentum buffer `v` (`v` is `None` before the first step; note what `SGD` does
-# then).
+# the new momentum buffer `v` as new arrays, leaving `w`, `d` and `v` as they are (`v` is
+# `None` before the first step; note what `SGD` does then: `d` is the gradient buffer, which
+# the next backward overwrites).
 
 # %%
 def sgd_momentum(w, d, v, lr, mu):

@@ -26,8 +26,8 @@
 #   back-end `comm/mpi.py` is the only file of minips that imports mpi4py).
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/04_mpi_basics.py`, a few seconds.
-# (Opened as a notebook it runs on one rank, where every collective is trivial; run the
-# command above in a terminal, or `!mpiexec -n 2 python 04_mpi_basics.py` in a cell.)
+# (Opened as a notebook it runs on one rank, where every collective is trivial; its last
+# cell, `run_on_ranks(2)`, runs the notebook as you last saved it on 2 ranks.)
 # **Files to read alongside**: `minips/distributed/comm/core.py` (`Comm`),
 # `minips/distributed/comm/collectives.py` (`allreduce`, `iallreduce`),
 # `minips/distributed/comm/request.py` (`Request`) and `minips/distributed/comm/__init__.py`
@@ -39,7 +39,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
+from _common import exercise, mpi_setup, out_dir, pick, require_ranks, run_on_ranks, say, show
 from minips.distributed.comm import get_comm
 
 comm = mpi_setup()
@@ -133,9 +133,10 @@ if comm.rank == 0:
 #
 # Write `allreduce_mean(comm, x)`: return the elementwise **mean** over all ranks of each
 # rank's float32 array `x`, as a new float32 array (leave `x` unchanged: `comm.allreduce`
-# works in place, so give it a copy). `comm.size` is the number of ranks. The check runs
-# it on the ranks of this job and on jobs of 3 and 5 ranks simulated in one process, each
-# simulated rank running your function.
+# works in place, so give it a copy). `comm.size` is the number of ranks. Any of the calls
+# of this step will do (`comm.allreduce`, `comm.iallreduce` and its `wait`, mpi4py's
+# `comm.mpi.Allreduce`). The check runs it on the ranks of this job and on jobs of 3 and 5
+# ranks simulated in one process, each simulated rank running your function.
 
 # %%
 def allreduce_mean(comm, x):
@@ -277,7 +278,9 @@ if comm.rank == 0:
 # function in the list `chunks` (each is some compute: `chunk()`), calling `comm.progress()`
 # after each one; then wait for the request and return it. The check verifies that the
 # allreduce was posted *before* the work started, that progress was driven during the work,
-# and that `buf` holds the sum.
+# that your function completed the request itself (`req.wait()`, or `req.test()` until it
+# says True: `comm.progress()` lets it advance but does not promise that it is done), and
+# that `buf` held the sum when your function returned.
 
 # %%
 def overlapped(comm, buf, chunks):
@@ -319,3 +322,17 @@ get_comm(network=None)  # back to the real (shared-memory) network
 #
 # **Next**: step 5 uses one Allreduce per step to train on several ranks, and shows that it
 # is exactly SGD with a larger batch.
+
+
+# %% [markdown]
+# ## Run it on 2 ranks (in a notebook)
+#
+# Opened as a notebook, this step ran above on one process, where every collective is
+# trivial (its figures went to the `1-process` subfolder). The next cell runs the notebook
+# **as you last saved it**, your answers included, on 2 ranks (`mpiexec -n 2`, through
+# `tutorials/_run_notebook.py`), and shows its output and then its figures, which go where
+# the script's go. Save the notebook first. As a script (under `mpiexec` or not) the cell
+# does nothing.
+
+# %%
+run_on_ranks(2)

@@ -27,6 +27,7 @@
 #   dominates.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/05_sync_sgd.py`, about 12 s on idle cores.
+# (Opened as a notebook it runs on one process; its last cell runs it on 2 ranks.)
 # **Files to read alongside**: `minips/data/sampler.py` (DistributedSampler),
 # `minips/distributed/algorithms/base.py` and `sync.py`, `minips/distributed/flat.py` (first half).
 
@@ -37,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
-from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
+from _common import exercise, mpi_setup, out_dir, pick, require_ranks, run_on_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.sync import SyncSGD
@@ -178,8 +179,9 @@ comm.barrier()
 #
 # Write `sync_step(comm, grad, weights, optimizer)`: `grad` is this rank's flat gradient
 # (float32, the buffer `loss.backward()` filled), `weights` the flat weights.
-# Average the gradient over ranks in place and apply the update with
-# `optimizer.apply(0, weights, direction)`. The check trains a few steps with your step and
+# Average the gradient over ranks in place (afterwards `grad` holds the mean, as `SyncSGD`
+# leaves it) and apply the update with `optimizer.apply(0, weights, direction)`; any of
+# step 4's calls will do. The check trains a few steps with your step and
 # with `SyncSGD` and compares the weights on every rank, then runs two steps on jobs of 3
 # and 4 ranks simulated in one process (each simulated rank running your function).
 
@@ -294,3 +296,17 @@ for s in summaries:
 #   the allreduce dominates.
 #
 # **Next**: step 6 starts the allreduce *during* the backward pass, bucket by bucket.
+
+
+# %% [markdown]
+# ## Run it on 2 ranks (in a notebook)
+#
+# Opened as a notebook, this step ran above on one process, where every collective is
+# trivial (its figures went to the `1-process` subfolder). The next cell runs the notebook
+# **as you last saved it**, your answers included, on 2 ranks (`mpiexec -n 2`, through
+# `tutorials/_run_notebook.py`), and shows its output and then its figures, which go where
+# the script's go. Save the notebook first. As a script (under `mpiexec` or not) the cell
+# does nothing.
+
+# %%
+run_on_ranks(2)

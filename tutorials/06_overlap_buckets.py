@@ -25,6 +25,7 @@
 #   ready, which depends on the model and on the order in which backward visits the graph.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/06_overlap_buckets.py`, about 11 s on idle cores.
+# (Opened as a notebook it runs on one process; its last cell runs it on 2 ranks.)
 # **Files to read alongside**: `minips/distributed/flat.py` (FlatParams, buckets),
 # `minips/autograd.py::backward` (where leaf hooks fire), `minips/tensor.py::register_grad_hook`,
 # `minips/distributed/algorithms/sync.py::OverlapSyncSGD`.
@@ -37,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
-from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
+from _common import exercise, mpi_setup, out_dir, pick, require_ranks, run_on_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.sync import OverlapSyncSGD
@@ -342,3 +343,17 @@ say("ConvNet gradients in the order they are ready:", gradient_ready_order(ConvN
 #   layers that come *after* a big gradient. The update is still synchronous.
 #
 # **Next**: step 7 stops waiting altogether: update with the *previous* step's gradient.
+
+
+# %% [markdown]
+# ## Run it on 2 ranks (in a notebook)
+#
+# Opened as a notebook, this step ran above on one process, where every collective is
+# trivial (its figures went to the `1-process` subfolder). The next cell runs the notebook
+# **as you last saved it**, your answers included, on 2 ranks (`mpiexec -n 2`, through
+# `tutorials/_run_notebook.py`), and shows its output and then its figures, which go where
+# the script's go. Save the notebook first. As a script (under `mpiexec` or not) the cell
+# does nothing.
+
+# %%
+run_on_ranks(2)

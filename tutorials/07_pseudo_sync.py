@@ -25,6 +25,7 @@
 # - what it buys: on a slow network, the wait disappears from the step.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/07_pseudo_sync.py`, about 25 s on idle cores.
+# (Opened as a notebook it runs on one process; its last cell runs it on 2 ranks.)
 # **Files to read alongside**: `minips/distributed/algorithms/pseudo_sync.py`,
 # `minips/labs/staleness.py`, `docs/distributed.md` (section "Pseudo-synchronous SGD").
 
@@ -36,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
-from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
+from _common import exercise, mpi_setup, out_dir, pick, require_ranks, run_on_ranks, say, show
 from minips.data import BatchLoader, DistributedSampler, load_image_dataset
 from minips.distributed.algorithms import make_algorithm
 from minips.distributed.algorithms.pseudo_sync import PseudoSyncSGD
@@ -341,3 +342,17 @@ say(f"best possible speed-up of pseudo-sync over sync for these times: "
 #
 # **Next**: step 8 forecasts the current gradient from the stale one, so that staleness
 # costs less.
+
+
+# %% [markdown]
+# ## Run it on 2 ranks (in a notebook)
+#
+# Opened as a notebook, this step ran above on one process, where every collective is
+# trivial (its figures went to the `1-process` subfolder). The next cell runs the notebook
+# **as you last saved it**, your answers included, on 2 ranks (`mpiexec -n 2`, through
+# `tutorials/_run_notebook.py`), and shows its output and then its figures, which go where
+# the script's go. Save the notebook first. As a script (under `mpiexec` or not) the cell
+# does nothing.
+
+# %%
+run_on_ranks(2)

@@ -98,8 +98,10 @@ for name, r in runs.items():
 # ## Exercise 8.1: write it
 #
 # Complete `MyEMA.forecast(G, w_now, w_then)`: keep the smoothed value in `self.S` (None
-# before the first arrival) and return it as a new float32 array. The check feeds your
-# predictor and minips' `EMAPredictor` the same arrivals and compares the forecasts.
+# before the first arrival) and return it as a new float32 array. `G` is the caller's: do not
+# write into it, and do not keep it as your state either (pseudo-sync writes the next arrival
+# into the same buffer): start from `G.copy()`. The check feeds your predictor and minips'
+# `EMAPredictor` the same arrivals, as pseudo-sync does, and compares the forecasts.
 
 # %%
 class MyEMA(Predictor):

@@ -27,6 +27,7 @@
 #   to provide `loss(batch)`.
 #
 # **Runs with**: `mpiexec -n 2 python tutorials/09_video_captioning.py`, about 45 s on idle cores.
+# (Opened as a notebook it runs on one process; its last cell runs it on 2 ranks.)
 # **Files to read alongside**: `minips/data/moving_fmnist.py` (clips, captions, vocabulary),
 # `minips/models/captioner.py` (the model), `minips/tasks/captioning.py` (BLEU, evaluation),
 # `minips/nn/recurrent.py` (LSTM), `kernels/lstm.py`, `docs/lstm.md` (backpropagation
@@ -39,7 +40,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minips as mp
-from _common import exercise, mpi_setup, out_dir, pick, require_ranks, say, show
+from _common import exercise, mpi_setup, out_dir, pick, require_ranks, run_on_ranks, say, show
 
 from minips.data import moving_fmnist
 from minips.gradcheck import gradcheck
@@ -186,7 +187,8 @@ say("parameters:", ", ".join(f"{k} {v:,}" for k, v in parts.items()), f"= {total
 # Write `masked_cross_entropy(logits, targets, pad_id)` in NumPy: `logits` float (L, N, V),
 # `targets` int (L, N). Return the mean over the positions where `targets != pad_id` of
 # `-log softmax(logits)[target]` (compute the log-softmax stably: subtract the maximum
-# over V first). The check compares it with `nn.sequence_cross_entropy`.
+# over V first, into a new array: `logits` is the model's output and stays as it is). The
+# check compares it with `nn.sequence_cross_entropy`.
 
 # %%
 def masked_cross_entropy(logits, targets, pad_id):
@@ -284,3 +286,17 @@ for i in range(8):
 #   gradient is larger than the ConvNet's, so communication matters more.
 #
 # **Next**: step 10 measures the network and projects all this to a cluster.
+
+
+# %% [markdown]
+# ## Run it on 2 ranks (in a notebook)
+#
+# Opened as a notebook, this step ran above on one process, where every collective is
+# trivial (its figures went to the `1-process` subfolder). The next cell runs the notebook
+# **as you last saved it**, your answers included, on 2 ranks (`mpiexec -n 2`, through
+# `tutorials/_run_notebook.py`), and shows its output and then its figures, which go where
+# the script's go. Save the notebook first. As a script (under `mpiexec` or not) the cell
+# does nothing.
+
+# %%
+run_on_ranks(2)

@@ -17,17 +17,25 @@ the chores that every step shares:
   refuses a figure whose texts overlap or run off it (``minips.plots.layout_problems``).
 - **Outputs.** Every step writes its runs and figures under
   ``runs/tutorials/<step>/`` in the repository (``MINIPS_TUTORIAL_OUT``
-  changes the root). :func:`show` saves a figure there as a PNG and, inside
-  Jupyter, also displays it.
+  changes the root); an MPI step run on another number of ranks than it is
+  meant for (a notebook: one process) writes under
+  ``runs/tutorials/<step>/1-process/`` (or ``<P>-ranks/``) instead, so it
+  never overwrites the real run's. :func:`show` saves a figure as a PNG and,
+  inside Jupyter, also displays it.
 - **MPI.** :func:`mpi_setup` returns the communicator and makes an error on
   any rank end the whole job (instead of leaving the other ranks waiting
   forever); :func:`say` prints on rank 0 only; :func:`mpiexec` runs a command
-  on N processes from a one-process step.
+  on N processes from a one-process step; :func:`run_on_ranks`, in a
+  notebook, runs the notebook itself (as last saved, the student's answers
+  included) on N ranks through ``tutorials/_run_notebook.py``.
+- **Notebooks.** In Jupyter an exercise that stops the step shows its
+  message alone, not a traceback through this file.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -185,14 +193,32 @@ def say(*args, **kwargs) -> None:
         print(*args, **kwargs, flush=True)
 
 
+#: (step file name, ranks it is meant for, ranks it runs on), set by require_ranks (an MPI step)
+_mpi_step = None
+
+
+def _ranks_folder(size: int, meant: int) -> str:
+    """The output subfolder of an MPI step run on ``size`` ranks instead of ``meant`` ("" when equal)."""
+    if size == meant:
+        return ""
+    return "1-process" if size == 1 else f"{size}-ranks"
+
+
 def require_ranks(comm, n: int, script: str) -> None:
-    """Explain how to launch ``script`` if it runs on fewer than ``n`` ranks."""
+    """Record that this step is meant for ``n`` ranks (:func:`out_dir` then keeps
+    a run on another number apart; :func:`run_on_ranks` uses ``n``), and explain
+    how to launch ``script`` if it runs on fewer."""
+    global _mpi_step
+    _mpi_step = (Path(script).stem, n, comm.size)
     if comm.size >= n:
         return
+    sub = _ranks_folder(comm.size, n)
     say(f"NOTE: this step is an MPI program and is running on {comm.size} process(es); "
         f"it is meant for {n}.\n      Run it as:  mpiexec -n {n} python {_rel(HERE / script)}"
-        + (f"\n      (in a notebook cell: !mpiexec -n {n} python {script})" if IN_NOTEBOOK else "")
-        + "\n      On one process every collective is trivial, but the step still runs.")
+        + (f"\n      (in this notebook: the last cell, run_on_ranks({n}), runs the notebook as you last saved it "
+           f"on {n} ranks)" if IN_NOTEBOOK else "")
+        + "\n      On one process every collective is trivial, but the step still runs; its figures go to "
+        f"{_rel(_out_root() / script[:2] / sub)}/, apart from those of the {n}-rank run.")
 
 
 def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: dict | None = None) -> str:
@@ -249,11 +275,95 @@ def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict 
     return out
 
 
+def _notebook_file(step: str) -> Path:
+    """The file of the notebook this kernel runs: the one Jupyter names (``JPY_SESSION_NAME``,
+    relative to the folder it was started in), else ``<step>.ipynb`` (made by ``jupytext --to
+    ipynb``) or ``<step>.py`` (opened as a notebook through jupytext), whichever was saved
+    last, in the kernel's folder and then in ``tutorials/``.
+
+    Raises:
+        FileNotFoundError: none of them exists.
+    """
+    cands = []
+    session = os.environ.get("JPY_SESSION_NAME")
+    if session:
+        cands += [Path(session), Path.cwd() / Path(session).name]
+    for d in (Path.cwd(), HERE):
+        pair = [c for c in (d / f"{step}.ipynb", d / f"{step}.py") if c.is_file()]
+        cands.append(max(pair, key=lambda c: c.stat().st_mtime) if pair else d / f"{step}.ipynb")
+    for c in cands:
+        if c.suffix in (".ipynb", ".py") and c.is_file():
+            return c.resolve()
+    raise FileNotFoundError(f"run_on_ranks: found no notebook of {step} (looked for "
+                            f"{', '.join(str(c) for c in cands)}); save the notebook first")
+
+
+def run_on_ranks(n: int | None = None) -> None:
+    """In Jupyter: run this step's notebook as last saved, your answers included, under
+    ``mpiexec -n n`` (``n``: the ranks the step is meant for), showing its output as it
+    comes and then the figures it saved. Outside Jupyter (a script, under mpiexec or not)
+    it does nothing and returns None. The run writes its figures and runs where the
+    script would (``runs/tutorials/<step>/``), apart from the one-process notebook's.
+
+    Save the notebook first: the file is what runs (the kernel cannot see unsaved edits).
+
+    Raises:
+        RanksRunFailed: the run stopped (an exercise not done or not right, an error: the
+            message is in the output shown above).
+        FileNotFoundError: no saved notebook of this step was found.
+    """
+    if not IN_NOTEBOOK:
+        return None
+    if _mpi_step is None:
+        raise RuntimeError("run_on_ranks: this is not an MPI step (require_ranks was not called)")
+    step, meant, _ = _mpi_step
+    n = n or meant
+    src = _notebook_file(step)
+    saved = time.strftime("%H:%M:%S", time.localtime(src.stat().st_mtime))
+    print(f"Running {_rel(src)} as saved at {saved} on {n} ranks (save the notebook first to run your latest "
+          "edits):", flush=True)
+    runner = HERE / "_run_notebook.py"
+    print("$ " + " ".join(shlex.quote(c) for c in ["mpiexec", "-n", str(n), "python", _rel(runner), _rel(src)]),
+          flush=True)
+    e = dict(os.environ)
+    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
+        e.pop(var, None)
+    e.update(_CHILD_ENV)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["mpiexec", "-n", str(n), sys.executable, str(runner), str(src)], cwd=Path.cwd(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+    figures = []
+    try:
+        for line in p.stdout:
+            print(line, end="", flush=True)
+            m = re.match(r"\[figure saved: (.+)\]$", line.strip())
+            if m:
+                figures.append(Path(m.group(1)))
+        rc = p.wait()
+    except KeyboardInterrupt:   # the notebook's stop button: end the job too
+        p.terminate()
+        p.wait()
+        raise
+    print(f"(took {time.perf_counter() - t0:.1f} s)", flush=True)
+    for f in figures:
+        show_png(f)
+    if rc != 0:
+        raise RanksRunFailed(f"the run on {n} ranks stopped (exit status {rc}); its output is above")
+
+
 # --- outputs and figures -------------------------------------------------------------------
+def _out_root() -> Path:
+    return Path(os.environ.get("MINIPS_TUTORIAL_OUT") or ROOT / "runs" / "tutorials")
+
+
 def out_dir(step: str) -> Path:
-    """``runs/tutorials/<step>`` (created), or ``$MINIPS_TUTORIAL_OUT/<step>``."""
-    root = Path(os.environ.get("MINIPS_TUTORIAL_OUT") or ROOT / "runs" / "tutorials")
-    d = root / step
+    """``runs/tutorials/<step>`` (created), or ``$MINIPS_TUTORIAL_OUT/<step>``; for an
+    MPI step run on another number of ranks than it is meant for (see
+    :func:`require_ranks`), its subfolder ``1-process`` (or ``<P>-ranks``), so a
+    one-process notebook run never overwrites the figures and runs of the real one."""
+    d = _out_root() / step
+    if _mpi_step is not None and _ranks_folder(_mpi_step[2], _mpi_step[1]):
+        d = d / _ranks_folder(_mpi_step[2], _mpi_step[1])
     if rank() == 0:
         d.mkdir(parents=True, exist_ok=True)
     return d
@@ -306,6 +416,32 @@ class ExerciseWrong(AssertionError):
     """An answer failed its check; the message has been printed once (by rank 0)."""
 
 
+class RanksRunFailed(RuntimeError):
+    """The run of a notebook on several ranks (:func:`run_on_ranks`) stopped; its output is shown above."""
+
+
+def _message_alone(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler of the exceptions that stop a step on purpose (an exercise not done
+    or not right, a failed run on ranks): it shows their message, which says what to do,
+    without the traceback through _common.py above it. The cell still ends in error, so
+    "Run All" stops there, as a script does."""
+    shell._showtraceback(etype, value, [str(value)])
+
+
+def _install_notebook_handler() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "_showtraceback"):
+        shell.set_custom_exc((ExerciseNotDone, ExerciseWrong, RanksRunFailed), _message_alone)
+
+
+if IN_NOTEBOOK:
+    _install_notebook_handler()
+
+
 def _check_once(exercise_id, ex, answer, context) -> None:
     """Run the check; a failure is printed once, not once per rank: under MPI
     the ranks compare their outcomes (the checks are collective, so every rank
@@ -325,7 +461,7 @@ def _check_once(exercise_id, ex, answer, context) -> None:
             seen.add(f)
             lines.append(f if len(failures) == 1 or len(set(failures)) == 1 else f"(rank {r}) {f}")
     msg = f"Exercise {exercise_id} is not right yet: " + "\n".join(lines)
-    if rank() == 0:
+    if rank() == 0 and not IN_NOTEBOOK:  # in Jupyter the error shows it (_message_alone)
         print(f"\n{msg}", file=sys.stderr, flush=True)
     raise ExerciseWrong(msg)
 

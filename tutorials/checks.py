@@ -49,6 +49,31 @@ def _plain(v):
     return v
 
 
+def _unchanged(arg, before, name: str, who: str, fix: str):
+    """``arg`` (an argument the check passed to the answer ``who``) must still
+    equal ``before``, the copy the check took: an answer must not write into
+    the caller's arrays unless the exercise asks it to. ``fix`` says what to
+    write instead."""
+    if isinstance(before, np.ndarray):
+        if not isinstance(arg, np.ndarray) or arg.shape != before.shape:
+            how = f"its shape went from {before.shape} to {np.shape(arg)} (`{name}.shape = ...` reshapes the " \
+                  f"caller's array; `{name}.reshape(...)` makes a new view)"
+        elif np.array_equal(arg, before, equal_nan=before.dtype.kind in "fc"):
+            return
+        else:
+            same = np.asarray(arg == before)
+            if before.dtype.kind in "fc":
+                same |= np.isnan(arg) & np.isnan(before)
+            i = tuple(int(v) for v in np.argwhere(~same)[0])
+            how = f"{name}{list(i)} was {_plain(before[i])!r}, is now {_plain(arg[i])!r}"
+    elif arg == before:
+        return
+    else:
+        how = f"it was {_plain(before)!r}, is now {_plain(arg)!r}"
+    raise AssertionError(f"{who} changed its argument {name} in place ({how}): the caller's data is not yours to "
+                         f"change. {fix}")
+
+
 def _close(got, want, what: str, rtol=1e-6, atol=1e-8, hint: str = ""):
     got = np.asarray(got)
     want = np.asarray(want)
@@ -84,6 +109,18 @@ def check_softplus(Softplus):
         raise  # the placeholder is still there (NotImplementedError is a RuntimeError)
     except RuntimeError as e:  # wrong shape, wrong number of outputs
         raise AssertionError(f"autograd rejected your backward: {e}") from None
+    # backward reads g and the saved input; it must not write into them: g is autograd's (the same array may go
+    # to other nodes) and self.a is the caller's tensor's data
+    t = mp.tensor(a.copy(), requires_grad=True)
+    node = Softplus.apply(t)._fn
+    g = rng.standard_normal(a.shape)
+    g_before, a_before = g.copy(), t.data.copy()
+    node.backward(g)
+    _unchanged(g, g_before, "g", "your backward", "Return a new array (g * sigmoid(a)), not g *= ... or "
+               "np.multiply(g, s, out=g).")
+    _unchanged(t.data, a_before, "self.a", "your backward",
+               "self.a is the input tensor's own data (x.data changed too): compute from it without writing into it "
+               "(no out=self.a, no self.a *= ...).")
     t = mp.tensor(np.array([0.0]), requires_grad=True)
     Softplus.apply(t).sum().backward()
     _close(t.grad, [0.5], "d softplus/da at a = 0", hint="it should be sigmoid(0) = 0.5")
@@ -94,9 +131,13 @@ def check_softplus(Softplus):
     _close(y, np.logaddexp(0.0, a), "softplus(a)", rtol=1e-12, atol=1e-12,
            hint="Hint: log(1 + e^a); np.logaddexp(0, a) computes it without overflow for large a.")
     # the backward where the textbook form overflows: e^800 is inf in float64, and inf/inf is nan
-    t = mp.tensor(a, requires_grad=True)
+    t = mp.tensor(a.copy(), requires_grad=True)
     with np.errstate(all="ignore"):
         Softplus.apply(t).sum().backward()
+    _unchanged(t.data, a, "self.a", "your backward",
+               "self.a is the input tensor's own data (x.data changed too): clip or transform a copy "
+               "(np.clip(self.a, -30, 30) without out=), or use the form that never overflows, from "
+               "np.exp(-np.abs(self.a)).")
     with np.errstate(all="ignore"):  # the sigmoid from exp(-|a|): never overflows, exact in the tails
         want = np.where(a >= 0, 1 / (1 + np.exp(-a)), np.exp(a) / (1 + np.exp(a)))
     assert np.all(np.isfinite(t.grad)), (
@@ -114,7 +155,10 @@ def check_predicted_grad(predicted_grad):
 
     for seed in range(3):
         x0 = np.random.default_rng(seed).standard_normal(4)
-        got = predicted_grad(x0.copy())
+        x0_arg = x0.copy()
+        got = predicted_grad(x0_arg)
+        _unchanged(x0_arg, x0, "x0", "predicted_grad", "Compute the answer into a new array (2 * x0 + 3), not with "
+                   "x0 *= 2 or x0 += 3.")
         _array(got, f"predicted_grad(x0) for x0 of shape {x0.shape}", x0.shape, kind="f")
         x = mp.tensor(x0, requires_grad=True)
         (x * x).sum().backward()
@@ -142,7 +186,11 @@ def check_conv2d_im2col(conv2d_im2col):
         w = rng.standard_normal(ws)
         b = rng.standard_normal(ws[0])
         want = ref.conv2d_forward(x, w, b, stride, pad)
-        got = conv2d_im2col(x, w, b, stride, pad)
+        args = (x.copy(), w.copy(), b.copy())
+        got = conv2d_im2col(*args, stride, pad)
+        for name, arg, before in zip("xwb", args, (x, w, b)):
+            _unchanged(arg, before, name, "conv2d_im2col", f"Use {name}.reshape(...) (a new view) and operations "
+                       "that make new arrays; the layer calls this with its own input and parameters.")
         _array(got, f"conv2d_im2col of x {xs}, w {ws}", want.shape, kind="f",
                hint="y has shape (N, K, P, Q).")
         _close(got, want, f"conv2d of x {xs}, w {ws}, stride {stride}, padding {pad}", rtol=1e-9, atol=1e-9,
@@ -176,9 +224,20 @@ def check_accuracy(accuracy):
     import minips as mp
     from minips import nn
 
+    class Spy(nn.Module):
+        """The model's last layer, an identity that records how each forward pass ran."""
+        def __init__(self):
+            super().__init__()
+            self.calls = []    # (gradients recorded?, training mode?) per forward pass
+
+        def forward(self, x):
+            self.calls.append((mp.is_grad_enabled(), self.training))
+            return x
+
     rng = np.random.default_rng(31)
     mp.random.seed(3)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 3))
+    spy = Spy()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 3), spy)
     # 230 images in batches of 100 (2 full batches + a short one); 1100 with the default batch size (500, as the
     # step calls it): 2 full + a short one; 40 with the default: one short batch
     for n, bs in ((230, 100), (1100, None), (40, None)):
@@ -189,7 +248,18 @@ def check_accuracy(accuracy):
             want = float((model(mp.Tensor(x)).data.argmax(1) == y).mean())
         model.train()
         what = f"accuracy of {n} images" + (f", batch_size={bs}" if bs else " (default batch_size)")
-        got = accuracy(model, x, y, bs) if bs else accuracy(model, x, y)
+        spy.calls.clear()
+        x_arg, y_arg = x.copy(), y.copy()
+        got = accuracy(model, x_arg, y_arg, bs) if bs else accuracy(model, x_arg, y_arg)
+        for name, arg, before in (("x", x_arg, x), ("y", y_arg, y)):
+            _unchanged(arg, before, name, "accuracy", "Read the images and labels; do not write into them.")
+        assert spy.calls, f"{what}: accuracy() never called the model (model(mp.Tensor(xb)))"
+        assert not any(grad for grad, _ in spy.calls), (
+            f"{what}: the model ran with gradients on, so every forward pass recorded a graph for backward (memory and "
+            "time for nothing): run the forward passes inside `with mp.no_grad():`")
+        assert not any(training for _, training in spy.calls), (
+            f"{what}: the model ran in training mode (Dropout active, a random half of the units dropped): call "
+            "model.eval() before the forward passes")
         assert model.training, "the model is still in eval mode after accuracy(): call model.train() at the end"
         assert got is not None, "accuracy() returned None; return the fraction of correct predictions"
         _number(got, what)
@@ -219,12 +289,24 @@ def check_sgd_momentum(sgd_momentum):
         w_ref = w0.copy()
         opt = SGD([P(w_ref)], lr=lr, momentum=mu)
         w, v = w0.copy(), None
-        for t, d in enumerate(ds):
-            opt.apply(0, w_ref, d)
-            out = sgd_momentum(w.copy(), d.copy(), None if v is None else v.copy(), lr, mu)
+        d = np.empty(6, np.float32)   # the gradient buffer: the next backward writes the next gradient into it
+        for t, d_t in enumerate(ds):
+            opt.apply(0, w_ref, d_t)
+            d[...] = d_t
+            before = {"w": w.copy(), "d": d.copy(), "v": None if v is None else v.copy()}
+            out = sgd_momentum(w, d, v, lr, mu)
+            for name, arg in (("w", w), ("d", d), ("v", v)):
+                if arg is not None:
+                    _unchanged(arg, before[name], name, "sgd_momentum",
+                               "Return new arrays (w - lr * v, mu * v + d) and leave w, d and v as they are.")
             assert isinstance(out, (tuple, list)) and len(out) == 2, "sgd_momentum must return a pair (w, v)"
             w, v = out
             what = f"lr {lr}, mu {mu}, step {t + 1}"
+            if isinstance(v, np.ndarray) and np.shares_memory(v, d):
+                raise AssertionError(
+                    f"after step {t + 1} (lr {lr}, mu {mu}) the v you returned is the gradient d itself (the same "
+                    "memory): the next backward writes the next gradient into d, and your momentum buffer would "
+                    "change with it. Keep a copy on the first step, as SGD does (v = d.copy()).")
             _array(w, f"w ({what})", (6,), kind="f")
             _array(v, f"v ({what})", (6,), kind="f")
             _close(w, w_ref, f"w after step {t + 1} (lr {lr}, mu {mu})", rtol=1e-5, atol=1e-6,
@@ -248,33 +330,34 @@ class _SimulatedJob:
     MPI answer at several P without launching them: :meth:`run` calls the
     SAME answer on every simulated rank, each in its own thread with its own
     :class:`_SimulatedComm`, and the collectives meet as real ones do
-    (``allreduce`` sums in place what every rank passed, in rank order, in
-    float32). Any correct order of operations therefore gives the right result
-    here too (divide by ``comm.size`` before or after the sum, allgather and
-    average, ...). Ranks that call different collectives, or a different
-    number of them, fail with a message saying so instead of hanging."""
+    (``allreduce`` sums in place what every rank passed, in rank order, in the
+    buffer's dtype). Any correct order of operations therefore gives the right
+    result here too (divide by ``comm.size`` before or after the sum, allgather
+    and average, a nonblocking allreduce and its wait, mpi4py's
+    ``comm.mpi.Allreduce``, ...). Ranks that call different collectives, or a
+    different number of them, fail with a message saying so instead of hanging."""
 
     def __init__(self, size: int, timeout: float = 20.0):
         import threading
 
         self.size, self.timeout = size, timeout
         self.cond = threading.Condition()
-        self.calls = [0] * size             # collectives entered, per rank
+        self.calls = [0] * size             # collectives entered (posted), per rank
         self.finished = [False] * size      # the rank's answer has returned (or raised)
-        self.slots = {}                     # call index -> {"kind", "data": {rank: value}, "result"}
+        self.slots = {}                     # call index -> {"kind", "data": {rank: value}, "result", ...}
 
-    def collective(self, rank: int, kind: str, value, combine):
-        """Rank ``rank``'s next collective: deposit ``value``; when all ranks
-        have, ``combine(list of values in rank order)`` is every rank's result."""
-        import time
-
+    def post(self, rank: int, kind: str, value, combine) -> int:
+        """Rank ``rank`` enters its next collective with ``value`` (a blocking
+        one waits in :meth:`complete` next; a nonblocking one returns a request
+        at once, as MPI's do). When every rank has posted, ``combine(the values
+        in rank order)`` is every rank's result. Returns the call's index."""
         with self.cond:
             k = self.calls[rank]
             self.calls[rank] += 1
             slot = self.slots.setdefault(k, {"kind": kind, "data": {}, "result": None, "done": False, "error": None})
             if slot["kind"] != kind:   # every rank in this collective gets the error
-                slot["error"] = _Mismatch(f"simulated rank {rank}'s collective number {k + 1} is comm.{kind}, "
-                                          f"another rank's is comm.{slot['kind']}: every rank must call the same "
+                slot["error"] = _Mismatch(f"simulated rank {rank}'s collective number {k + 1} is {kind}, "
+                                          f"another rank's is {slot['kind']}: every rank must call the same "
                                           "collectives in the same order")
                 slot["done"] = True
                 self.cond.notify_all()
@@ -287,31 +370,46 @@ class _SimulatedJob:
                     slot["error"] = e
                 slot["done"] = True
                 self.cond.notify_all()
+            return k
+
+    def complete(self, rank: int, k: int, block: bool = True):
+        """The result of collective ``k`` for ``rank``: waits for the other
+        ranks when ``block``; otherwise returns ``(done, result)`` at once."""
+        import time
+
+        with self.cond:
+            slot = self.slots[k]
             deadline = time.monotonic() + self.timeout
-            while not slot["done"]:
+            while block and not slot["done"]:
                 quit = [r for r in range(self.size) if self.finished[r] and self.calls[r] <= k]
                 if quit:
-                    raise _Mismatch(f"simulated rank {rank} called comm.{kind} (its collective number {k + 1}), but "
-                                    f"rank {quit[0]} returned after {self.calls[quit[0]]} collective(s): every rank "
-                                    "must make the same calls (a collective waits for all ranks)")
+                    raise _Mismatch(f"simulated rank {rank} is in {slot['kind']} (its collective number {k + 1}), "
+                                    f"but rank {quit[0]} returned after {self.calls[quit[0]]} collective(s): every "
+                                    "rank must make the same calls (a collective waits for all ranks)")
                 if not self.cond.wait(timeout=max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
-                    raise _Mismatch(f"simulated rank {rank} waited {self.timeout:.0f} s in comm.{kind} for the "
+                    raise _Mismatch(f"simulated rank {rank} waited {self.timeout:.0f} s in {slot['kind']} for the "
                                     "other ranks")
             if slot["error"] is not None:
                 raise slot["error"]
-            return slot["result"]
+            return slot["result"] if block else (slot["done"], slot["result"])
+
+    def collective(self, rank: int, kind: str, value, combine):
+        """A blocking collective: :meth:`post`, then :meth:`complete`."""
+        return self.complete(rank, self.post(rank, kind, value, combine))
 
     def run(self, answer, args_per_rank):
         """``[answer(comm_r, *args_per_rank[r]) for each rank r]``, the ranks
         running concurrently. Re-raises the first exception (by rank) of the
-        answer; a collective mismatch is reported before other errors it caused."""
+        answer; a collective mismatch is reported before other errors it caused;
+        a nonblocking request the answer never completed fails the check."""
         import threading
 
         results, errors = [None] * self.size, [None] * self.size
+        comms = [_SimulatedComm(self, r) for r in range(self.size)]
 
         def one(r):
             try:
-                results[r] = answer(_SimulatedComm(self, r), *args_per_rank[r])
+                results[r] = answer(comms[r], *args_per_rank[r])
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 errors[r] = e
             finally:
@@ -331,56 +429,238 @@ class _SimulatedJob:
         first = mismatch[0] if mismatch else next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
+        for r, c in enumerate(comms):
+            open_reqs = [q for q in c._requests if not q.done]
+            if open_reqs:
+                raise AssertionError(f"on simulated rank {r} of {self.size}, your answer returned with its "
+                                     f"{open_reqs[0].kind} still in flight: {_IN_FLIGHT}")
         return results
+
+
+def _reduce_op(op):
+    """The NumPy ufunc of an mpi4py reduction op (None: MPI.SUM, mpi4py's default)."""
+    if op is None:
+        return np.add
+    from mpi4py import MPI   # the answer passed an mpi4py op, so mpi4py is there
+    for name, fn in (("SUM", np.add), ("MAX", np.maximum), ("MIN", np.minimum), ("PROD", np.multiply)):
+        if op == getattr(MPI, name):
+            return fn
+    raise AssertionError(f"the check's simulated comm.mpi reduces with MPI.SUM, MAX, MIN or PROD, not {op!r}")
+
+
+def _buffer_arg(b, what: str) -> np.ndarray:
+    """The array of an mpi4py buffer argument (an array, or a list such as ``[array, MPI.FLOAT]``)."""
+    if isinstance(b, (list, tuple)) and b:
+        b = b[0]
+    if not isinstance(b, np.ndarray) or not b.flags.c_contiguous:
+        raise TypeError(f"{what}: mpi4py's capitalised calls take contiguous NumPy arrays, got {type(b).__name__}")
+    return b
+
+
+def _reduced(op):
+    """A combine function: the elementwise reduction, in rank order, in the buffers' dtype."""
+    fn = _reduce_op(op)
+
+    def combine(bufs):
+        if len({(b.shape, b.dtype) for b in bufs}) > 1:
+            raise _Mismatch(f"the ranks passed allreduce buffers of shapes {[b.shape for b in bufs]} and dtypes "
+                            f"{[str(b.dtype) for b in bufs]}: they must all have the same shape and dtype")
+        out = bufs[0].copy()
+        for b in bufs[1:]:
+            fn(out, b, out=out)
+        return out
+    return combine
+
+
+class _SimulatedRequest:
+    """A nonblocking allreduce of a simulated rank, as minips' Request: the
+    buffer is read-only while in flight, and holds the sum once ``wait()``
+    (or a ``test()`` that returns True) has completed it."""
+
+    def __init__(self, comm, k: int, buf: np.ndarray, out: np.ndarray, kind: str):
+        import time
+        self._comm, self._k, self.buf, self._out, self.kind = comm, k, buf, out, kind
+        self.done, self.post_time, self.complete_time, self.result = False, time.perf_counter(), None, None
+        self._was_writeable = out.flags.writeable
+        out.flags.writeable = False      # MPI owns it until the request completes (minips does the same)
+
+    def _finish(self, result):
+        import time
+        self._out.flags.writeable = self._was_writeable
+        self._out[...] = result.reshape(self._out.shape)
+        self.done, self.complete_time, self.result = True, time.perf_counter(), self.buf
+
+    def test(self) -> bool:
+        if not self.done:
+            done, result = self._comm._job.complete(self._comm.rank, self._k, block=False)
+            if done:
+                self._finish(result)
+        return self.done
+
+    def wait(self) -> float:
+        if not self.done:
+            self._finish(self._comm._job.complete(self._comm.rank, self._k))
+        return 0.0
+
+    # mpi4py's spelling (comm.mpi.Iallreduce returns one of these too)
+    Test, Wait = test, wait
+
+
+class _SimulatedMPI:
+    """``comm.mpi`` of a simulated rank: the mpi4py communicator calls that
+    step 4 shows (``Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)`` and its
+    nonblocking ``Iallreduce``, ``allreduce`` / ``allgather`` / ``bcast`` of
+    Python objects, ``Bcast``, ``Barrier``, ``Get_rank``, ``Get_size``)."""
+
+    def __init__(self, comm):
+        self._c = comm
+        self.rank, self.size = comm.rank, comm.size
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def _bufs(self, sendbuf, recvbuf, what):
+        recv = _buffer_arg(recvbuf, f"comm.mpi.{what}'s receive buffer")
+        send = recv if _is_in_place(sendbuf) else _buffer_arg(sendbuf, f"comm.mpi.{what}'s send buffer")
+        if send.size != recv.size:
+            raise ValueError(f"comm.mpi.{what}: the send buffer has {send.size} elements, the receive buffer "
+                             f"{recv.size}")
+        if not recv.flags.writeable:
+            raise ValueError(f"comm.mpi.{what}: the receive buffer is read-only")
+        return send, recv
+
+    def Allreduce(self, sendbuf, recvbuf, op=None):
+        send, recv = self._bufs(sendbuf, recvbuf, "Allreduce")
+        recv[...] = self._c._job.collective(self.rank, "comm.mpi.Allreduce", send.copy(),
+                                            _reduced(op)).reshape(recv.shape)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=None):
+        send, recv = self._bufs(sendbuf, recvbuf, "Iallreduce")
+        k = self._c._job.post(self.rank, "comm.mpi.Iallreduce", send.copy(), _reduced(op))
+        req = _SimulatedRequest(self._c, k, recv, recv, "comm.mpi.Iallreduce")
+        self._c._requests.append(req)
+        return req
+
+    def allreduce(self, obj, op=None):
+        import functools
+        import pickle
+        fn = _reduce_op(op)
+        out = self._c._job.collective(self.rank, "comm.mpi.allreduce", pickle.dumps(obj),
+                                      lambda v: pickle.dumps(functools.reduce(fn, [pickle.loads(b) for b in v])))
+        return pickle.loads(out)
+
+    def allgather(self, obj) -> list:
+        return self._c.allgather(obj, kind="comm.mpi.allgather")
+
+    def bcast(self, obj, root: int = 0):
+        return self._c.bcast_obj(obj, root, kind="comm.mpi.bcast")
+
+    def Bcast(self, buf, root: int = 0):
+        b = _buffer_arg(buf, "comm.mpi.Bcast's buffer")
+        b[...] = self._c._job.collective(self.rank, "comm.mpi.Bcast", b.copy(), lambda v: v[root])
+
+    def Barrier(self) -> None:
+        self._c._job.collective(self.rank, "comm.mpi.Barrier", None, lambda v: None)
+
+    barrier = Barrier
+
+    def __getattr__(self, name):
+        raise AssertionError(f"your answer called comm.mpi.{name}; the check's simulated mpi4py communicator offers "
+                             "Allreduce, Iallreduce, allreduce, allgather, bcast, Bcast, Barrier, Get_rank and "
+                             "Get_size")
+
+
+def _is_in_place(b) -> bool:
+    """Whether ``b`` is mpi4py's ``MPI.IN_PLACE`` (imported only if mpi4py is loaded already)."""
+    import sys
+    MPI = sys.modules.get("mpi4py.MPI")
+    return MPI is not None and b is MPI.IN_PLACE
 
 
 class _SimulatedComm:
     """Rank ``rank`` of a :class:`_SimulatedJob`: ``size``, ``rank`` and the
-    collectives of minips' Comm that an answer may use (``allreduce`` with the
-    same buffer rules, ``allgather``, ``allreduce_scalar``, ``bcast_obj``,
-    ``barrier``)."""
+    calls of minips' Comm that an answer may use (``allreduce`` with the same
+    buffer rules, ``iallreduce`` and its request, ``progress``, ``allgather``,
+    ``allreduce_scalar``, ``bcast_obj``, ``barrier``), and ``mpi``, the
+    mpi4py communicator's calls (:class:`_SimulatedMPI`)."""
 
     def __init__(self, job: _SimulatedJob, rank: int):
         self._job, self.size, self.rank = job, job.size, rank
+        self._requests = []
+        self.mpi = _SimulatedMPI(self)
 
-    def allreduce(self, buf) -> float:
+    @staticmethod
+    def _check(buf, what):
         if not isinstance(buf, np.ndarray) or buf.dtype != np.float32 or not buf.flags.c_contiguous:
-            raise TypeError("allreduce buffers must be contiguous float32 numpy arrays "
+            raise TypeError(f"{what} buffers must be contiguous float32 numpy arrays "
                             f"(got {type(buf).__name__} {getattr(buf, 'dtype', '')})")
         if not buf.flags.writeable:
-            raise RuntimeError("allreduce on a read-only buffer")
+            raise RuntimeError(f"{what} on a read-only buffer")
 
-        def total(bufs):
-            if len({b.shape for b in bufs}) > 1:
-                raise _Mismatch(f"the ranks passed allreduce buffers of shapes {[b.shape for b in bufs]}: they "
-                                "must all have the same shape")
-            out = bufs[0].copy()
-            for b in bufs[1:]:
-                out += b
-            return out
-        buf[...] = self._job.collective(self.rank, "allreduce", buf.copy(), total)
+    def allreduce(self, buf) -> float:
+        self._check(buf, "allreduce")
+        buf[...] = self._job.collective(self.rank, "comm.allreduce", buf.copy(), _reduced(None))
         return 0.0
 
-    def allgather(self, obj) -> list:
+    def iallreduce(self, buf, lock=(), tag=None):
+        self._check(buf, "iallreduce")
+        k = self._job.post(self.rank, "comm.iallreduce", buf.copy(), _reduced(None))
+        req = _SimulatedRequest(self, k, buf, buf, "comm.iallreduce")
+        self._requests.append(req)
+        return req
+
+    def progress(self) -> int:
+        """Tests every request in flight (as Comm.progress in poll mode); returns how many are still pending."""
+        return sum(not q.test() for q in self._requests if not q.done)
+
+    def wait_all(self) -> float:
+        for q in self._requests:
+            q.wait()
+        return 0.0
+
+    def allgather(self, obj, kind: str = "comm.allgather") -> list:
         import pickle
-        everyone = self._job.collective(self.rank, "allgather", pickle.dumps(obj), list)
+        everyone = self._job.collective(self.rank, kind, pickle.dumps(obj), list)
         return [pickle.loads(b) for b in everyone]   # each rank gets its own copies, as over MPI
 
     def allreduce_scalar(self, x, op: str = "sum"):
         fn = {"sum": sum, "max": max, "min": min}[op]
-        return self._job.collective(self.rank, "allreduce_scalar", x, fn)
+        return self._job.collective(self.rank, "comm.allreduce_scalar", x, fn)
 
-    def bcast_obj(self, obj, root: int = 0):
+    def bcast_obj(self, obj, root: int = 0, kind: str = "comm.bcast_obj"):
         import pickle
-        return pickle.loads(self._job.collective(self.rank, "bcast_obj", pickle.dumps(obj), lambda v: v[root]))
+        return pickle.loads(self._job.collective(self.rank, kind, pickle.dumps(obj), lambda v: v[root]))
 
     def barrier(self) -> None:
-        self._job.collective(self.rank, "barrier", None, lambda v: None)
+        self._job.collective(self.rank, "comm.barrier", None, lambda v: None)
 
     def __getattr__(self, name):
         raise AssertionError(f"your answer called comm.{name}; the check's simulated communicator offers size, rank, "
-                             "allreduce (in place, a sum), allgather, allreduce_scalar, bcast_obj and barrier, which "
-                             "are all it needs")
+                             "allreduce (in place, a sum), iallreduce (and the request's wait / test), progress, "
+                             "allgather, allreduce_scalar, bcast_obj, barrier and mpi (mpi4py's Allreduce, "
+                             "Iallreduce, allgather, bcast, ...), which are all it needs")
+
+
+class _OneProcessMPI:
+    """A one-process Comm (no mpiexec: ``comm.mpi`` is None) whose ``mpi`` answers
+    mpi4py's calls as a job of one rank does, so an answer written with
+    ``comm.mpi.Allreduce(MPI.IN_PLACE, ...)`` runs in a notebook too; everything
+    else is the real Comm's."""
+
+    def __init__(self, comm):
+        self._c = comm
+        self.mpi = _SimulatedComm(_SimulatedJob(1), 0).mpi
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+def _with_mpi(comm):
+    """``comm``, or :class:`_OneProcessMPI` around it when it has no mpi4py communicator."""
+    return _OneProcessMPI(comm) if getattr(comm, "mpi", None) is None else comm
 
 
 def _array(got, what: str, shape, dtype=None, kind: str = "f", writable: bool = False, hint: str = ""):
@@ -415,12 +695,29 @@ def _number(got, what: str, integral: bool = False, hint: str = ""):
     return got
 
 
+_IN_FLIGHT = ("the buffer holds the sum only once the request completes. Call req.wait() (or req.test() until it "
+              "says True) before using the buffer.")
+
+
+def _nothing_left_in_flight(comm, pending_before: int, where: str) -> None:
+    """The answer must not return with a nonblocking request still in flight on
+    ``comm``. Any it left are completed here (cleanup, so that no buffer stays
+    locked and no rank waits), AFTER the check has read what the answer returned."""
+    left = comm.pending() - pending_before
+    if left > 0:
+        comm.wait_all()
+    assert left <= 0, f"on {where}, your answer returned with a nonblocking allreduce still in flight: {_IN_FLIGHT}"
+
+
 @register("4.1", S04, "allreduce_mean", "that is the gradient averaging of step 5.", mpi=True)
 def check_allreduce_mean(allreduce_mean, comm):
     rng = np.random.default_rng(41 + comm.rank)
     x = (rng.standard_normal(7) * (comm.rank + 1)).astype(np.float32)
     original = x.copy()
-    got = allreduce_mean(comm, x)
+    pending = comm.pending()
+    got = allreduce_mean(_with_mpi(comm), x)
+    got = np.array(got, copy=True) if isinstance(got, np.ndarray) else got   # as returned, before any cleanup
+    _nothing_left_in_flight(comm, pending, f"rank {comm.rank}")
     everyone = comm.allgather(original)
     want = np.mean(np.stack(everyone), axis=0)
     assert got is not None, "allreduce_mean returned None; return the mean array"
@@ -443,16 +740,46 @@ def check_allreduce_mean(allreduce_mean, comm):
                    hint="Hint: divide by comm.size, not by a number: the answer must work on any number of ranks.")
 
 
+class _SpyRequest:
+    """Forwards to a Request, recording whether the answer itself made sure it
+    completed: ``wait()``, a ``test()`` that returned True, ``comm.wait_all()``,
+    or reading ``req.done`` when it was True (``while not req.done: ...``)."""
+
+    def __init__(self, req):
+        self._r, self.completed_by_answer = req, False
+
+    def wait(self, *a, **k):
+        out = self._r.wait(*a, **k)
+        self.completed_by_answer = True
+        return out
+
+    def test(self, *a, **k):
+        done = self._r.test(*a, **k)
+        self.completed_by_answer |= bool(done)
+        return done
+
+    @property
+    def done(self):
+        self.completed_by_answer |= bool(self._r.done)
+        return self._r.done
+
+    def __getattr__(self, name):
+        return getattr(self._r, name)
+
+
 class _SpyComm:
-    """Forwards to a Comm, recording when iallreduce was posted and counting progress calls."""
+    """Forwards to a Comm, recording when iallreduce was posted, the requests it
+    returned, and the progress and blocking calls."""
 
     def __init__(self, comm):
         self._c, self.posted_at, self.progress_calls, self.blocking_calls = comm, None, 0, 0
+        self.requests = []
 
     def iallreduce(self, buf, *a, **k):
         import time
         self.posted_at = time.perf_counter()
-        return self._c.iallreduce(buf, *a, **k)
+        self.requests.append(_SpyRequest(self._c.iallreduce(buf, *a, **k)))
+        return self.requests[-1]
 
     def allreduce(self, buf, *a, **k):
         self.blocking_calls += 1
@@ -461,6 +788,12 @@ class _SpyComm:
     def progress(self):
         self.progress_calls += 1
         return self._c.progress()
+
+    def wait_all(self):
+        out = self._c.wait_all()
+        for q in self.requests:
+            q.completed_by_answer = True
+        return out
 
     def __getattr__(self, name):
         return getattr(self._c, name)
@@ -481,8 +814,11 @@ def check_overlapped(overlapped, comm):
     spy = _SpyComm(comm)
     buf = np.full(50_000, comm.rank + 1.0, dtype=np.float32)
     req = overlapped(spy, buf, [chunk] * 5)
-    if req is not None and not getattr(req, "done", True):
-        req.wait()  # keep the ranks in step before failing
+    # the state the answer left, read BEFORE the check completes anything itself
+    completed = [q.completed_by_answer for q in spy.requests]
+    buf_at_return = buf.copy()
+    for q in spy.requests:   # keep the ranks in step before failing: nothing may stay in flight
+        q._r.wait()
     comm.barrier()
     assert spy.blocking_calls == 0, "use comm.iallreduce (nonblocking), not comm.allreduce"
     assert spy.posted_at is not None, "comm.iallreduce was never called"
@@ -491,8 +827,11 @@ def check_overlapped(overlapped, comm):
     assert spy.progress_calls >= 4, (f"comm.progress() was called {spy.progress_calls} times during 5 chunks; "
                                      "call it after each chunk so the allreduce advances")
     assert req is not None and hasattr(req, "wait"), "return the Request that comm.iallreduce gave you"
-    assert req.done, "the request is not complete: call req.wait() before returning"
-    _close(buf, np.full_like(buf, comm.size * (comm.size + 1) / 2), "the buffer after the allreduce")
+    assert all(completed), (
+        "your answer returned without completing its request: call req.wait() (or req.test() until it says True) "
+        "before returning. Until then the sum is not guaranteed to be in buf (comm.progress() only lets it advance), "
+        "and buf stays read-only.")
+    _close(buf_at_return, np.full_like(buf, comm.size * (comm.size + 1) / 2), "the buffer when your answer returned")
 
 
 # =============================================================================
@@ -509,6 +848,25 @@ def _tiny_problem(comm, seed=0):
     return [(x[i::comm.size][:16], y[i::comm.size][:16]) for i in range(comm.size)]
 
 
+def _grad_holds_mean(grad, mine, everyone, what):
+    """``grad``, the buffer a sync step was given, must hold the mean over ranks
+    afterwards, as SyncSGD.step leaves it (the exercise says: in place)."""
+    P = len(everyone)
+    mean = np.mean(np.stack(everyone), axis=0)
+    if np.allclose(grad, mean, rtol=1e-5, atol=1e-6):
+        return
+    if P > 1 and np.allclose(grad, np.sum(np.stack(everyone), axis=0), rtol=1e-5, atol=1e-6):
+        held = f"the SUM over the {P} ranks"
+    elif P > 1 and np.array_equal(grad, mine):
+        held = "this rank's own gradient, unchanged"
+    else:
+        held = "neither the mean nor the sum over ranks"
+    raise AssertionError(
+        f"{what} holds {held}: average it in place (divide grad itself by comm.size), as SyncSGD.step does. Every "
+        "parameter's .grad is a view into this buffer, and what reads the gradients after the step (a gradient "
+        "norm, clipping, a test) must find the average, the same on every rank.")
+
+
 @register("5.1", S05, "sync_step", "that is SyncSGD.step.", mpi=True)
 def check_sync_step(sync_step, comm):
     import minips as mp
@@ -517,6 +875,8 @@ def check_sync_step(sync_step, comm):
     from minips.optim import SGD
 
     batches = _tiny_problem(comm)
+    student_comm = _with_mpi(comm)
+    grad_failure = None
     runs = []
     for use_student in (False, True):
         mp.random.seed(5)
@@ -532,7 +892,17 @@ def check_sync_step(sync_step, comm):
                 algo.before_backward()
                 loss.backward()
                 if use_student:
-                    sync_step(comm, algo.flat.grads[0], algo.flat.weights, opt)
+                    g = algo.flat.grads[0]
+                    mine = g.copy()
+                    everyone = comm.allgather(mine)
+                    pending = comm.pending()
+                    sync_step(student_comm, g, algo.flat.weights, opt)
+                    _nothing_left_in_flight(comm, pending, f"rank {comm.rank}, step {t + 1}")
+                    try:   # reported after the weights: a wrong update is the first thing to fix
+                        _grad_holds_mean(g, mine, everyone, f"rank {comm.rank}'s grad after step {t + 1} of your "
+                                         "sync_step")
+                    except AssertionError as e:
+                        grad_failure = grad_failure or e
                 else:
                     algo.step()
         finally:
@@ -544,6 +914,8 @@ def check_sync_step(sync_step, comm):
                 "optimizer.apply(0, weights, grad).")
     for r, w in enumerate(replicas):
         _close(w, replicas[0], f"rank {r}'s weights vs rank 0's (replicas must stay identical)")
+    if grad_failure is not None:
+        raise grad_failure
     # the same answer on every rank of simulated jobs of 3 and 4 ranks (in this process): two steps of SGD with
     # momentum 0.9 from the same weights, each rank its own gradients; replicas must stay identical
     rng = np.random.default_rng(51)
@@ -554,7 +926,8 @@ def check_sync_step(sync_step, comm):
         opts = [SGD([mp.nn.Parameter(w0.copy())], lr=0.1, momentum=0.9) for _ in range(P)]
         ref_w, ref_opt = w0.copy(), SGD([mp.nn.Parameter(w0.copy())], lr=0.1, momentum=0.9)
         for t in range(2):
-            _SimulatedJob(P).run(sync_step, [(grads[t][r].copy(), ws[r], opts[r]) for r in range(P)])
+            bufs = [grads[t][r].copy() for r in range(P)]
+            _SimulatedJob(P).run(sync_step, [(bufs[r], ws[r], opts[r]) for r in range(P)])
             ref_opt.apply(0, ref_w, np.mean(np.stack(grads[t]), axis=0).astype(np.float32))
             for r in range(P):
                 _close(ws[r], ref_w, f"weights after step {t + 1} on rank {r} of a simulated job of {P} ranks "
@@ -564,6 +937,9 @@ def check_sync_step(sync_step, comm):
             assert all(np.array_equal(w, ws[0]) for w in ws), (
                 f"after step {t + 1} of a simulated job of {P} ranks the replicas differ: every rank must apply the "
                 "same averaged gradient")
+            for r in range(P):
+                _grad_holds_mean(bufs[r], grads[t][r], grads[t],
+                                 f"grad on rank {r} of a simulated job of {P} ranks after step {t + 1}")
 
 
 @register("5.2", S05, "ring_allreduce_seconds", "this is minips.distributed.costmodel.ring_allreduce_time.")
@@ -603,7 +979,12 @@ def check_bucket_plan(bucket_plan):
     for sizes, mb in cases:
         params = [mp.nn.Parameter(np.zeros(n, np.float32)) for n in sizes]
         want = [list(b.param_ids) for b in FlatParams(params, 1, mb).buckets]
-        got = bucket_plan(list(sizes), mb)
+        arg = list(sizes)
+        got = bucket_plan(arg, mb)
+        assert arg == list(sizes), (
+            f"bucket_plan changed its argument sizes in place (it was {list(sizes)}, is now {arg}): the caller's list "
+            "is not yours to change. Walk it backwards without reordering it (reversed(range(len(sizes))), or "
+            "sizes[::-1], a new list), not sizes.reverse().")
         assert got is not None, "bucket_plan returned None"
         for b in got:
             for i in b:
@@ -689,16 +1070,41 @@ S08 = "08_predictors"
 
 
 def _compare_predictor(mine, ref, what, hint):
+    """Feed ``mine`` and the reference the same 8 arrivals, as pseudo-sync does:
+    ``G`` arrives in a buffer that is reused once consumed (the next arrival is
+    written into it) and ``w_now`` is the live weight buffer (the optimizer
+    updates it in place). A predictor must neither write into its arguments
+    (``Predictor.predict`` promises G is not modified) nor keep them."""
     rng = np.random.default_rng(81)
     n = 6
-    w = np.zeros(n, np.float32)
+    w = np.zeros(n, np.float32)          # the live weights
+    G = np.empty(n, np.float32)          # the arrival buffer, reused
+    cls = type(mine).__name__
     outs_mine, outs_ref = [], []
     for t in range(8):
-        G = (rng.standard_normal(n) + 0.3 * t).astype(np.float32)
+        G[...] = rng.standard_normal(n) + 0.3 * t
         w_then = w.copy()
-        w = (w - 0.1 * G).astype(np.float32)
-        outs_mine.append(mine.predict(G.copy(), w.copy(), w_then.copy()))
-        outs_ref.append(ref.predict(G.copy(), w.copy(), w_then.copy()))
+        w -= np.float32(0.1) * G
+        before = {"G": G.copy(), "w_now": w.copy(), "w_then": w_then.copy()}
+        d = mine.predict(G, w, w_then)
+        for name, arg in (("G", G), ("w_now", w), ("w_then", w_then)):
+            _unchanged(arg, before[name], name, f"{cls}.forecast (arrival {t})",
+                       "Keep your state in arrays of your own: self.S = G.copy() at the first arrival, then new "
+                       "arrays (self.S = alpha * G + (1 - alpha) * self.S), or in-place updates of YOUR copy only. "
+                       "Predictor.predict promises the caller that G is not modified.")
+        for attr, v in vars(mine).items():
+            for name, arg in (("G", G), ("w_now", w), ("w_then", w_then)):
+                if isinstance(v, np.ndarray) and np.shares_memory(v, arg):
+                    raise AssertionError(
+                        f"{cls} keeps {name} itself in self.{attr} (the same memory, after arrival {t}): the caller "
+                        f"reuses that buffer (the next arrival is written into G's, the optimizer updates w_now's), "
+                        f"so self.{attr} would change behind your back (and an in-place update of self.{attr} "
+                        f"would write into the caller's {name}). Keep a copy ({name}.copy()).")
+        if isinstance(d, np.ndarray) and np.shares_memory(d, G):
+            raise AssertionError(f"{cls}.forecast returned G itself (the same memory) at arrival {t}: the caller "
+                                 "reuses G's buffer for the next arrival; return a new array")
+        outs_mine.append(d)
+        outs_ref.append(ref.predict(before["G"].copy(), before["w_now"].copy(), before["w_then"].copy()))
     for t, (a, b) in enumerate(zip(outs_mine, outs_ref)):
         assert a is not None, f"{what}.forecast returned None"
         _array(a, f"{what} forecast at arrival {t}", (n,), np.float32,
@@ -765,8 +1171,13 @@ def check_masked_cross_entropy(masked_cross_entropy):
         if not (targets != pad).any():
             targets[0, 0] = (pad + 1) % V
         want = nn.sequence_cross_entropy(mp.tensor(logits), targets, pad_id=pad).item()
+        args = (logits.copy(), targets.copy())
         with np.errstate(over="ignore", invalid="ignore"):
-            got = masked_cross_entropy(logits.copy(), targets.copy(), pad)
+            got = masked_cross_entropy(*args, pad)
+        for name, arg, before in (("logits", args[0], logits), ("targets", args[1], targets)):
+            _unchanged(arg, before, name, "masked_cross_entropy",
+                       "The step passes the model's own output (logits.data): subtract the maximum into a new array "
+                       "(z = logits - logits.max(axis=-1, keepdims=True)), not with logits -= ...")
         assert got is not None, "masked_cross_entropy returned None; return the mean loss (a float)"
         _number(got, f"masked_cross_entropy (L={L}, N={N}, V={V})")
         assert np.isfinite(float(got)), (
@@ -852,15 +1263,17 @@ def check_average_models(average_models):
         _array(got, f"average_models of a {P} x {d} float64 W", (P, d), W.dtype, writable=True,
                hint="The simulation below keeps stepping each row (W[i] -= ...).")
         want = np.tile(before.sum(axis=0) / P, (P, 1))
+        # a tolerance: W.mean(0), W.sum(0) / P, (W / P).sum(0) and a product with a matrix of 1/P differ in the last bit
         _close(got, want, f"the averaged weights with P = {P}", rtol=1e-10, atol=1e-12,
                hint="Hint: the mean over ranks is over axis 0 (the rows), divided by the number of rows.")
-        if P > 1:  # each rank's row is its own: a step on one rank must not move the others
-            got[0] += 1.0
-            moved = not np.array_equal(got[1:], want[1:])
-            got[0] -= 1.0
-            assert not moved, (f"with P = {P}: changing row 0 of what average_models returned changed the other rows "
-                               "too: the rows share memory (a stride-0 view). Return a new array with its own rows "
-                               "(np.tile, np.repeat).")
+        assert not np.shares_memory(got, W), (
+            f"with P = {P}: what average_models returned shares memory with W, the caller's array: return a new array")
+        # each rank's row is its own: a step on one rank must not move the others (told by memory, not by values)
+        shared = [i for i in range(1, P) if np.shares_memory(got[0], got[i])]
+        assert not shared, (f"with P = {P}: rows 0 and {shared[0]} of what average_models returned are the same "
+                            f"memory (strides {got.strides}: a stride-0 view, as np.broadcast_to and as_strided make), "
+                            "so a step on one rank would move the others. Return a new array with its own rows "
+                            "(np.tile, np.repeat, or .copy() of the view).")
 
 
 @register("11.2", S11, "stl_stages", "that is the schedule STLSGD.step walks through.")
@@ -989,11 +1402,15 @@ def check_push_sum_step(push_sum_step):
         d = 1 if "ring of 6" in what else 3    # one value per node, as the step's own runs
         x = rng.standard_normal((n, d))
         w = rng.uniform(0.5, 2.0, n)         # weights other than 1, as after a few rounds
-        x_in, w_in = x.copy(), w.copy()
+        x_in, w_in, nbrs_in = x.copy(), w.copy(), [list(o) for o in nbrs]
         got = push_sum_step(x, w, nbrs)
         assert got is not None and len(got) == 2, "push_sum_step must return the pair (x, w)"
         assert np.array_equal(x, x_in) and np.array_equal(w, w_in), \
             "push_sum_step modified its inputs x or w: build new arrays"
+        assert [list(o) for o in nbrs] == nbrs_in, (
+            f"on {what}: push_sum_step changed out_neighbors in place (it was {nbrs_in}, is now "
+            f"{[list(o) for o in nbrs]}): the graph is the caller's, and the next round would run on another one. "
+            "Loop over [i, *out] (a new list) instead of appending i to out.")
         gx = _array(got[0], f"on {what}, the new x", (n, d), np.float64, hint="x keeps its shape (n, d).")
         gw = _array(got[1], f"on {what}, the new w", (n,), np.float64,
                     hint="w is one weight per node, shape (n,): the step divides x / w[:, None].")

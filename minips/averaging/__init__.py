@@ -17,9 +17,8 @@ One module per method:
 """
 from __future__ import annotations
 
-import typing
 
-from ..options import convert_value, fields_of
+from ..options import convert_value, fields_of, type_hints
 from .accelerated import AcceleratedGossip
 from .aco import ACOGossip
 from .pairwise import RandomizedGossip
@@ -64,6 +63,6 @@ def make_method(name: str, graph, seed: int = 0, **options):
     if extra:
         flags = ", ".join("--" + k.replace("_", "-") for k in extra)
         raise ValueError(f"--method {name} does not take {flags}")
-    hints = typing.get_type_hints(cls.Options)
+    hints = type_hints(cls.Options)
     typed = {k: convert_value(v, hints[k], "--" + k.replace("_", "-")) for k, v in given.items()}
     return cls(graph, seed=seed, **fixed, **typed)

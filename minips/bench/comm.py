@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from ..options import finite_float
+
 
 __all__ = ["measure_allreduce", "measure_overlap", "run"]
 
@@ -291,7 +293,7 @@ def add_arguments(p):
     p.add_argument("--min-bytes", type=int, default=8, help="smallest message (default 8 B)")
     p.add_argument("--max-bytes", type=int, default=64 * 2**20, help="largest message (default 64 MB)")
     p.add_argument("--iters", type=int, default=200, help="repetitions for small messages (fewer for large)")
-    p.add_argument("--overlap-mb", type=float, default=16.0, help="message size of the overlap test (MB)")
+    p.add_argument("--overlap-mb", type=finite_float, default=16.0, help="message size of the overlap test (MB)")
     p.add_argument("--modes", default="none,poll,thread", help="progress modes to test for overlap")
     p.add_argument("--overlap-only", action="store_true", help="skip the size sweep")
     p.add_argument("--no-overlap", action="store_true", help="skip the overlap test")

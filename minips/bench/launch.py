@@ -4,7 +4,9 @@ launcher and prepares the environment of the job it starts.
 ``bench scaling``, ``bench train`` and ``bench study`` each run as one plain
 process that launches ``mpiexec -n P python -m minips ...`` for every point
 they measure; they share these helpers so that they find the same ``mpiexec``
-and give their jobs the same environment.
+and give their jobs the same environment. The launcher behind it (MPICH's or
+Intel MPI's Hydra, Open MPI's PRRTE) spells its flags for binding, root and
+oversubscription; :mod:`minips.distributed.comm.mpi` knows them.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["MPIEXEC_MISSING", "MpiexecNotFound", "find_mpiexec", "require_mpiexec", "launch_env", "THREAD_VARIABLES",
-           "bind_args", "flag_args", "load_avg"]
+           "launcher", "mpiexec_command", "bind_args", "binds_to_cores", "flag_args", "load_avg"]
 
 #: the one-line fix printed when no ``mpiexec`` is found
 MPIEXEC_MISSING = ("mpiexec not found on PATH: install the mpi extra (pip install -e '.[mpi]') "
@@ -59,20 +61,44 @@ def launch_env(threads: int | None = None) -> dict:
     return env
 
 
-def bind_args(P: int, threads: int, cores: int, bind: bool = True) -> list[str]:
-    """The binding flags of ``mpiexec -n P`` (MPICH's Hydra) for ranks of
-    ``threads`` threads each on a node of ``cores`` cores: ``-bind-to core``
-    (one core a rank) for one thread, ``-bind-to core:T`` (T cores a rank) for
-    T threads, and nothing when ``bind`` is off or the ranks' threads do not
-    fit on the cores (binding would then stack ranks on shared cores).
+def launcher(mpiexec: str | None = None):
+    """The :class:`~minips.distributed.comm.mpi.Launcher` behind ``mpiexec``
+    (default: :func:`find_mpiexec`'s; Hydra of MPICH when there is none)."""
+    from ..distributed.comm.mpi import LAUNCHERS, mpiexec_launcher
+    mpiexec = mpiexec or find_mpiexec()
+    return mpiexec_launcher(mpiexec) if mpiexec else LAUNCHERS["mpich"]
+
+
+def mpiexec_command(mpiexec: str, P: int) -> list[str]:
+    """``[mpiexec, -n, P]`` and the flags its launcher needs to start P ranks
+    from a program (Open MPI's: ``--allow-run-as-root`` as root,
+    ``--oversubscribe``; see :meth:`~minips.distributed.comm.mpi.Launcher.job_args`)."""
+    return [mpiexec, "-n", str(P), *launcher(mpiexec).job_args()]
+
+
+def bind_args(P: int, threads: int, cores: int, bind: bool = True, mpiexec: str | None = None) -> list[str]:
+    """The binding flags of ``mpiexec -n P`` (``mpiexec``: default
+    :func:`find_mpiexec`'s; its launcher spells them) for ranks of ``threads``
+    threads each on a node of ``cores`` cores: one core a rank for one thread,
+    T cores a rank for T threads (MPICH: ``-bind-to core`` / ``-bind-to
+    core:T``; Open MPI: ``--bind-to core`` / ``--map-by slot:PE=T --bind-to
+    core``; Intel MPI: ``I_MPI_PIN_DOMAIN``), and no binding when ``bind`` is
+    off or the ranks' threads do not fit on the cores (binding would then
+    stack ranks on shared cores): no flag for MPICH, the flag that turns the
+    default binding off for Open MPI and Intel MPI (:func:`binds_to_cores`
+    says which). See :meth:`~minips.distributed.comm.mpi.Launcher.bind_args`.
 
     A rank of T threads bound to one core runs its threads on that core alone:
     Numba's and the BLAS's spinning workers then take turns on it, 10-20x
     slower than one thread (issue 30, ``docs/bench/kernels-final/``).
     """
-    if not bind or threads < 1 or P * threads > cores:
-        return []
-    return ["-bind-to", "core" if threads == 1 else f"core:{threads}"]
+    return launcher(mpiexec).bind_args(P, threads, cores, bind)
+
+
+def binds_to_cores(P: int, threads: int, cores: int, bind: bool = True) -> bool:
+    """Whether :func:`bind_args` binds the ranks (``bind`` on and the ranks' threads fit on the cores)."""
+    from ..distributed.comm.mpi import cores_fit
+    return cores_fit(P, threads, cores, bind)
 
 
 def flag_args(flags: dict) -> list[str]:

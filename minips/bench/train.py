@@ -3,11 +3,13 @@ with the same network in PyTorch, in one run.
 
 Run it as one plain process. For each rank count P of ``--ranks`` it launches::
 
-    mpiexec -n P [-bind-to core | core:T] python -m minips.bench.train_worker ...
+    mpiexec -n P [BINDING] python -m minips.bench.train_worker ...
 
 with ``--threads`` Numba/BLAS/torch threads per rank (default 1; the
 ``*_NUM_THREADS`` variables are set for the ranks), ranks bound to cores when
-they fit (T cores a rank of T threads). Each rank trains, for every workload (``convnet``, ``lstm``: the
+they fit (T cores a rank of T threads; BINDING is that launcher's spelling:
+MPICH ``-bind-to core[:T]``, Open MPI ``--bind-to core``, Intel MPI
+``I_MPI_PIN_DOMAIN``, see :mod:`minips.bench.launch`). Each rank trains, for every workload (``convnet``, ``lstm``: the
 captioner's LSTM step) and per-rank batch size, the minips network (the
 registry's baseline algorithm: allreduce of the gradient, SGD momentum 0.9)
 and, with ``--against torch`` when PyTorch is installed, the same layers in
@@ -41,7 +43,8 @@ import tempfile
 from pathlib import Path
 
 from ..kernels.threads import cores_on_node
-from .launch import MpiexecNotFound, bind_args, launch_env, load_avg, require_mpiexec
+from ..options import finite_float
+from .launch import MpiexecNotFound, bind_args, binds_to_cores, launch_env, load_avg, mpiexec_command, require_mpiexec
 
 
 __all__ = ["TrainBenchError", "parse_int_list", "run", "format_table", "json_path", "DEFAULT_OUT"]
@@ -107,10 +110,11 @@ def machine() -> dict:
 
 def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
     """Launch the worker on P ranks; returns its JSON plus the launch details."""
-    binding = bind_args(P, args.threads, cores_on_node(), args.bind)
+    binding = bind_args(P, args.threads, cores_on_node(), args.bind, mpiexec)
+    bound = binds_to_cores(P, args.threads, cores_on_node(), args.bind)
     with tempfile.TemporaryDirectory(prefix="minips-bench-train-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [mpiexec, "-n", str(P)] + binding
+        cmd = mpiexec_command(mpiexec, P) + binding
         cmd += [sys.executable, "-m", "minips.bench.train_worker", "--workloads", args.workloads,
                 "--batch-sizes", args.batch_size, "--steps", str(args.steps), "--chunk", str(args.chunk),
                 "--warmup", str(args.warmup), "--threads", str(args.threads), "--port", str(_free_port()),
@@ -125,7 +129,7 @@ def run_point(P: int, args, use_torch: bool, mpiexec: str) -> dict:
             tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
             raise TrainBenchError(f"--ranks {P} failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
         res = json.loads(out.read_text())
-    res.update(ranks=P, bound_to_cores=bool(binding), binding=" ".join(binding), load_before=load_before,
+    res.update(ranks=P, bound_to_cores=bound, binding=" ".join(binding), load_before=load_before,
                load_after=load_avg(), command=" ".join(cmd[:cmd.index("--port")]))
     return res
 
@@ -165,9 +169,10 @@ def add_arguments(p):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS/torch threads per rank (default 1)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
-                   help="mpiexec -bind-to core (core:T for T threads a rank) when ranks x threads fit on the cores "
-                        "(default on)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per rank count (default 1800)")
+                   help="bind each rank to a core (T cores for T threads a rank; the flag the mpiexec found spells: "
+                        "MPICH -bind-to core[:T], Open MPI --bind-to core, Intel MPI I_MPI_PIN_DOMAIN) when ranks x "
+                        "threads fit on the cores (default on)")
+    p.add_argument("--timeout", type=finite_float, default=1800, help="seconds per rank count (default 1800)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"folder of the results: OUT/bench-train.json "
                                                       f"(default {DEFAULT_OUT})")
     p.add_argument("--json", metavar="FILE", help="write the results to this file instead (default "

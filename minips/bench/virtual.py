@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..options import finite_float
 from .launch import load_avg
 
 __all__ = ["VirtualBenchError", "run", "format_table"]
@@ -154,7 +155,7 @@ def add_arguments(p):
     p.add_argument("--memory-algos", help="comma-separated specs of the memory runs (default: the registry's "
                                           "baseline and default algorithms)")
     p.add_argument("--memory-steps", type=int, default=5, help="steps of each memory run (default 5)")
-    p.add_argument("--timeout", type=float, default=7200, help="seconds per run (default 7200)")
+    p.add_argument("--timeout", type=finite_float, default=7200, help="seconds per run (default 7200)")
     p.add_argument("--json", metavar="OUT", default="bench-virtual.json",
                    help="write the results here, and the table beside it as OUT.txt (default bench-virtual.json)")
     p.set_defaults(func=run)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["ImageDataset", "load_image_dataset", "data_dirs", "known_names", "resolve_h5", "DATASETS",
-           "UnknownDataError"]
+           "UnknownDataError", "check_image_data"]
 
 # name -> (file name, how to build it when missing)
 DATASETS = {
@@ -176,10 +176,75 @@ def _read_image_dataset(name_or_path: str, path: Path) -> ImageDataset:
         if i.ndim != 3 or len(i) != len(lab):
             raise ValueError(f"{path}: /{split} has images {i.shape} and labels {lab.shape}; "
                              "expected (N, H, W) and (N,)")
+    tr_l, te_l, n_classes = check_image_data(path, tr_i, tr_l, te_i, te_l, names)
     scaled = tr_i.astype(np.float32) / 255.0
     mean, std = float(scaled.mean()), float(scaled.std())
     return ImageDataset(
-        normalize_images(tr_i, mean, std), tr_l.astype(np.int64),
-        normalize_images(te_i, mean, std), te_l.astype(np.int64),
-        names or [str(c) for c in range(int(tr_l.max()) + 1)], name_or_path, str(path),
-        {"mean": mean, "std": std})
+        normalize_images(tr_i, mean, std), tr_l, normalize_images(te_i, mean, std), te_l,
+        names or [str(c) for c in range(n_classes)], name_or_path, str(path), {"mean": mean, "std": std})
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask.reshape(len(mask), -1).any(axis=1) if mask.ndim > 1 else mask)[0])
+
+
+def check_image_data(path, train_x, train_y, test_x, test_y, names=()) -> tuple:
+    """Check an image data set's arrays before anything trains on them (and
+    before a run's ``--out`` is touched): each error is one line naming the
+    file, the split, the first bad sample and the fix.
+
+    Args:
+        path: the file, for the messages.
+        train_x, test_x: images (N, H, W), any numeric dtype (uint8 0..255 as written
+            by ``python -m minips data``).
+        train_y, test_y: labels (N,): class indices, integers (a float dtype
+            holding whole numbers is accepted).
+        names: the file's class names (``class_names`` attribute), if any: the
+            number of classes; else the largest training label + 1.
+
+    Returns:
+        (train_y, test_y as int64, number of classes).
+
+    Raises:
+        ValueError: a split with no samples; a label that is not a whole
+            number (2.5, NaN) or outside 0..C-1; an image pixel that is NaN or
+            infinite; training images that are all one value (nothing to learn,
+            and standardising would divide by their standard deviation, 0).
+    """
+    out = []
+    for split, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        where = f"{path}: /{split}"
+        if len(y) == 0:
+            raise ValueError(f"{where} holds no samples; a data set needs at least one training and one test "
+                             "image (write it again with python -m minips data ...)")
+        if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+            raise ValueError(f"{where}/labels has dtype {y.dtype}; labels must be class indices 0..C-1 (integers)")
+        if np.issubdtype(y.dtype, np.floating):
+            whole = np.isfinite(y) & (y == np.round(y))
+            if not whole.all():
+                i = _first(~whole)
+                raise ValueError(f"{where}/labels[{i}] is {float(y[i])!r}: labels must be whole class indices 0..C-1 "
+                                 "(a fractional label would be truncated); fix the file's labels")
+        if not np.issubdtype(x.dtype, np.number):
+            raise ValueError(f"{where}/images has dtype {x.dtype}; images must be numbers (uint8 0..255)")
+        if np.issubdtype(x.dtype, np.inexact):
+            finite = np.isfinite(x)
+            if not finite.all():
+                i = _first(~finite)
+                raise ValueError(f"{where}/images[{i}] holds a pixel that is NaN or infinite "
+                                 f"({int((~finite).sum())} such pixels in /{split}); fix or drop those images")
+        out.append(y.astype(np.int64))
+    n_classes = len(names) if names else int(out[0].max()) + 1
+    for split, y in zip(("train", "test"), out):
+        bad = (y < 0) | (y >= n_classes)
+        if bad.any():
+            i = _first(bad)
+            known = f"the file's {n_classes} class_names" if names else f"the training labels' largest, {n_classes - 1}"
+            raise ValueError(f"{path}: /{split}/labels[{i}] is {int(y[i])}, outside 0..{n_classes - 1} ({known}); "
+                             "labels must be class indices 0..C-1")
+    lo, hi = train_x.min(), train_x.max()
+    if lo == hi:
+        raise ValueError(f"{path}: every training image holds the same value ({lo}) in every pixel: nothing to "
+                         "learn, and standardising would divide by their standard deviation, 0; check the file's "
+                         "images")
+    return out[0], out[1], n_classes

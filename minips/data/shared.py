@@ -6,7 +6,10 @@ of full Fashion-MNIST (188 MB of float32 images each) would not fit, so while
 a virtual job runs (:func:`shared_data`), :func:`cached` builds each data set
 once, makes its arrays read-only (a rank that tried to write into the shared
 data would fail loudly instead of changing every rank's) and hands the same
-object to every rank. Outside a virtual job :func:`cached` just builds.
+object to every rank. ``compare`` opens the same scope around its runs, so
+that one data set serves every algorithm it trains (and their preflights)
+instead of being read and normalised again for each. Outside such a scope
+:func:`cached` just builds.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ _building: dict = {}  # key -> lock held while one rank builds it
 @contextmanager
 def shared_data():
     """While inside, :func:`cached` shares what it builds; the cache is emptied
-    when the last scope ends."""
+    when the last scope ends (scopes nest: a virtual job inside ``compare``)."""
     global _scopes
     with _lock:
         _scopes += 1

@@ -13,6 +13,7 @@ import numpy as np
 from ..averaging import METHODS
 from ..averaging.engines import MPICluster, VectorisedCluster
 from ..distributed.topology import GRAPHS
+from ..options import finite_float
 from .averaging import INITS, TABLE_METHODS, lab_graph, report_lines, run_table, simulate, table_markdown
 from .averaging_figures import node_positions, plot_errors, write_frames
 
@@ -34,14 +35,14 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=0, help="seed of the starting values and the random choices")
     p.add_argument("--dim", type=int, default=1, help="values per node (default 1)")
     p.add_argument("--init", default="normal", choices=INITS, help="starting values (spike: node 0 holds n)")
-    p.add_argument("--radius", type=float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
+    p.add_argument("--radius", type=finite_float, help="random-geometric: link distance (default 1.5 sqrt(ln n / n))")
     p.add_argument("--graph-seed", type=int, default=0, help="random-geometric / tree: seed of the graph")
-    p.add_argument("--alpha", type=float, help="accelerated: weight in (0, 2) (default the optimal alpha*)")
+    p.add_argument("--alpha", type=finite_float, help="accelerated: weight in (0, 2) (default the optimal alpha*)")
     p.add_argument("--order-seed", type=int, help="periodic: random edge order from this seed "
                                                          "(default: grouped by an edge colouring)")
     p.add_argument("--orders", type=int, default=0, help="periodic: also print |lambda_2(Phi)| for this many "
                                                          "random edge orders (same on a tree)")
-    p.add_argument("--rho", type=float, help="aco-*: pheromone evaporation in (0, 1] (default 0.1)")
+    p.add_argument("--rho", type=finite_float, help="aco-*: pheromone evaporation in (0, 1] (default 0.1)")
     p.add_argument("--estimate", choices=["average", "sum", "count"], help="push-sum: what to estimate")
     p.add_argument("--join", type=int, help="push-sum: node n-1 joins at this round (vectorised cluster)")
     p.add_argument("--leave", type=int, help="push-sum: node n/2 leaves at this round (vectorised cluster)")

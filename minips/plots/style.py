@@ -61,6 +61,15 @@ def pyplot():
 
 
 def save(fig, path) -> None:
-    """Write ``fig`` to ``path`` and close it (tests replace this to inspect the figure)."""
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    pyplot().close(fig)
+    """Write ``fig`` to ``path`` atomically and close it (tests replace this to
+    inspect the figure).
+
+    Raises:
+        minips.rundir.WriteError: the disk is full or the folder read-only (one
+            line naming the folder and the fix; no partial figure is left).
+    """
+    from ..rundir import atomic_savefig
+    try:
+        atomic_savefig(fig, path, dpi=120, bbox_inches="tight")
+    finally:
+        pyplot().close(fig)

@@ -4,7 +4,7 @@ at small P and projected to many nodes (this package holds its public names).
 Run it as one plain process (not under mpiexec): for each rank count P and
 algorithm it launches::
 
-    mpiexec -n P [-bind-to core | core:T] python -m minips train --algo A --max-steps N --epochs 1 \\
+    mpiexec -n P [BINDING] python -m minips train --algo A --max-steps N --epochs 1 \\
         --batch-size B --quiet --no-trace --out DIR/P{P}-{A}-r{i}
 
 (weak scaling: the per-rank batch B is fixed, the global batch is P B), reads

@@ -13,6 +13,7 @@ from pathlib import Path
 from ...distributed.algorithms import DEFAULT_ALGOS
 from ...kernels import cpuinfo
 from ...kernels.threads import cores_on_node
+from ...options import finite_float
 from .figures import plot_projection, plot_scaling
 from .measure import ScalingError, load_avg, measure, option_flags, parse_algos, parse_ranks, read_json_file
 from .model import (PROJECT_NODES, PROJECT_RANKS_PER_NODE, comm_fit, grad_layout, model_check, node_projection,
@@ -121,7 +122,7 @@ def add_arguments(p):
     p.add_argument("--data", default="fashion-mnist-mini", help="data set (default fashion-mnist-mini)")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch (default 32)")
     p.add_argument("--steps", type=int, default=60, help="steps per run; the first 5 are not timed (default 60)")
-    p.add_argument("--lr", type=float, default=0.05, help="learning rate (timing does not depend on it)")
+    p.add_argument("--lr", type=finite_float, default=0.05, help="learning rate (timing does not depend on it)")
     p.add_argument("--threads", type=int, default=1, help="Numba/BLAS threads per rank (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per point; the median step time is reported")
     p.add_argument("--progress", default="poll", choices=["none", "poll", "thread"], help="progress mode")
@@ -132,9 +133,10 @@ def add_arguments(p):
                            help=flag.help + "; given to every run")
     p.add_argument("--network", help="emulate an interconnect in the measured runs (as in train)")
     p.add_argument("--bind", action=argparse.BooleanOptionalAction, default=True,
-                   help="mpiexec -bind-to core (core:T for T threads a rank) when the ranks fit on the cores "
-                        "(default on)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
+                   help="bind each rank to a core (T cores for T threads a rank; the flag the mpiexec found spells: "
+                        "MPICH -bind-to core[:T], Open MPI --bind-to core, Intel MPI I_MPI_PIN_DOMAIN) when the "
+                        "ranks fit on the cores (default on)")
+    p.add_argument("--timeout", type=finite_float, default=900, help="seconds per run before giving up")
     p.add_argument("--out", default="runs/scaling", help="directory of the runs' outputs and of the report: "
                                                          "scaling.txt (the tables) and scaling.json (unless --json: "
                                                          "then both beside it)")
@@ -145,7 +147,7 @@ def add_arguments(p):
     p.add_argument("--project-networks", default="ib-edr,ib-fdr,10gbe,1gbe",
                    help="interconnects for the projection (presets or alpha=..,beta=..; empty = none)")
     p.add_argument("--project-max", type=int, default=1024, help="largest node count projected (default 1024)")
-    p.add_argument("--project-interference", type=float, default=0.0,
+    p.add_argument("--project-interference", type=finite_float, default=0.0,
                    help="phi of the projection (default 0: offloaded, ideal overlap)")
     p.add_argument("--project-also", help="further algorithm specs (comma-separated) to project from the "
                                           "baseline's P = 1 profile, without measuring them; 'all' = every "
@@ -156,9 +158,9 @@ def add_arguments(p):
     p.add_argument("--project-nodes", type=int, default=128, help="largest node count of --project (default 128)")
     p.add_argument("--project-ranks-per-node", default=",".join(map(str, PROJECT_RANKS_PER_NODE)),
                    help="ranks per node of --project, comma-separated (default 24,48,96)")
-    p.add_argument("--intra-bandwidth", type=float, default=100.0,
+    p.add_argument("--intra-bandwidth", type=finite_float, default=100.0,
                    help="GB/s of a node's memory, shared by its ranks, for --project (default 100: an assumption)")
-    p.add_argument("--intra-latency", type=float, default=1.0,
+    p.add_argument("--intra-latency", type=finite_float, default=1.0,
                    help="microseconds per node barrier for --project (default 1: an assumption)")
     p.add_argument("--from-json", help="redo the model and plots from an earlier --json, run nothing")
     p.add_argument("--json", help="write everything to this JSON file (default OUT/scaling.json)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...distributed.algorithms import DEFAULT_ALGOS
 from ...kernels.threads import cores_on_node
-from ..launch import MpiexecNotFound, bind_args, flag_args, launch_env, load_avg, require_mpiexec
+from ..launch import MpiexecNotFound, bind_args, flag_args, launch_env, load_avg, mpiexec_command, require_mpiexec
 
 __all__ = ["ScalingError", "parse_ranks", "parse_algos", "option_flags", "load_avg", "measure"]
 
@@ -90,8 +90,8 @@ class _NoNetwork:
 
 
 def _train_cmd(args, entry: dict, P: int, out: Path, mpiexec: str) -> list[str]:
-    cmd = [mpiexec, "-n", str(P)]
-    cmd += bind_args(P, args.threads, cores_on_node(), args.bind)
+    cmd = mpiexec_command(mpiexec, P)
+    cmd += bind_args(P, args.threads, cores_on_node(), args.bind, mpiexec)
     cmd += [sys.executable, "-m", "minips", "train", "--model", args.model, "--data", args.data,
             "--algo", entry["algo"], "--epochs", "1", "--max-steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--progress", args.progress,

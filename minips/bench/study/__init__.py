@@ -71,7 +71,12 @@ cell (``cells``), and ``OUT/G-<lr>-time.png``, ``-bytes.png``,
 ``-traffic.png`` (the test metric against wall seconds, against cumulative
 MiB sent, and its final value against MiB per step, labelled; drawn by
 :mod:`minips.plots` as ``compare``'s are). Several grids
-may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs).
+may share one ``OUT`` (e.g. a tuning grid reusing the main grid's runs), one
+after the other: a study that runs holds ``OUT/run.lock`` until it ends, and
+a second study into the same ``OUT`` is refused before it starts a run
+(``--report-only``, which only reads the runs, is not). Every file it writes
+is written atomically; a full disk ends it with one line naming the folder
+and the fix (``G.json`` and ``G.md`` together or neither, no temporary file).
 
 Statistics (:mod:`minips.stats`): every cell is reported as its mean and
 95 % t interval over seeds; every entry is paired by seed with the baseline

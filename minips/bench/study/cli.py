@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from ...options import finite_float
+from ...rundir import atomic_write_all, take_lock, write_error
 from ...stats import collapsed
 from ..launch import MPIEXEC_MISSING, find_mpiexec
 from .aggregate import contrasts, family_cells, mark_collapsed, paired_comparisons
@@ -85,14 +87,36 @@ def run(args) -> int:
             print(" ".join(train_command(s, s.out(root), mpiexec or "mpiexec")))
         print(f"{len(specs)} runs (dry run: nothing started)", file=sys.stderr)
         return 0
+    # A study that runs holds OUT/run.lock until it ends: a second study into the
+    # same folder is refused before it starts a run (it would run the same
+    # points at once, and its `train --overwrite` could replace a run the first
+    # had just finished). --report-only only reads the runs (and writes the
+    # report atomically): it may look at a study in progress.
+    lock = None if args.report_only else take_lock(root)
+    if lock is not None and lock.replaced:
+        print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
+              "no longer runs (a study killed before it ended)", flush=True)
+    try:
+        return _run(args, grid, root, specs, mpiexec)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
+    """The runs (unless --report-only) and the report of :func:`run`."""
     root.mkdir(parents=True, exist_ok=True)
-    logf = open(root / "study.log", "a")
+    add_records = getattr(args, "add_records", None)
+    log_path = root / "study.log"
 
     def log(msg):
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
         print(line, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+        try:
+            with open(log_path, "a") as logf:
+                logf.write(line + "\n")
+        except OSError as e:
+            raise write_error(log_path, e) from None
 
     records = []
     if not args.report_only:
@@ -129,12 +153,12 @@ def run(args) -> int:
     stem = Path(grid.source).stem
     records = mark_collapsed(records, grid.chance)  # the JSON says which runs collapsed
     cells = family_cells(grid, records)
-    (root / f"{stem}.json").write_text(json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells,
-                                                   "paired": paired_comparisons(grid, records),
-                                                   "contrasts": contrasts(grid, records)},
-                                                  indent=2) + "\n")
     report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)
-    (root / f"{stem}.md").write_text(report + "\n")
+    # the JSON and the report together or neither (a full disk: one line, no temporary file)
+    atomic_write_all({root / f"{stem}.json": json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells,
+                                                         "paired": paired_comparisons(grid, records),
+                                                         "contrasts": contrasts(grid, records)}, indent=2) + "\n",
+                      root / f"{stem}.md": report + "\n"})
     plot_study(grid, records, root, args.title or stem, stem)
     plot_families(grid, records, root, stem, cells)
     print("\n" + report)
@@ -154,7 +178,7 @@ def add_arguments(p):
     p.add_argument("--title", help="title of the report")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--report-only", action="store_true", help="aggregate the finished runs, run nothing")
-    p.add_argument("--within", type=float, metavar="POINTS",
+    p.add_argument("--within", type=finite_float, metavar="POINTS",
                    help="target: within POINTS of the baseline (accuracy points, 0.5 = 0.005; BLEU points); the "
                         "report says met / missed / unresolved per cell (overrides the grid's within_points)")
     p.add_argument("--contrast", action="append", metavar='"A - B"',

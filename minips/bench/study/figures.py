@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 from ...kernels import threads
+from ...rundir import atomic_savefig
 from .aggregate import aggregate, family_cells, oversubscribed
 from .grid import Grid, tested_metric
 
@@ -112,7 +113,9 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
         ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         p = out_dir / f"{stem}-{lr_name}.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
+        try:
+            atomic_savefig(fig, p, dpi=120)
+        finally:
+            plt.close(fig)
         paths.append(p)
     return paths

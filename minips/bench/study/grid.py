@@ -109,6 +109,7 @@ def load_grid(path) -> Grid:
     unknown = set(raw) - set(known)
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
+    _check_finite(p, raw)
     _check_target(p, raw)
     for key, kind in (("ranks", int), ("seeds", int), ("algos", str)):
         v = raw[key]
@@ -141,6 +142,22 @@ def load_grid(path) -> Grid:
     for a in g.algos:
         split_entry(a, g.variants, f"{p}: ")
     return g
+
+
+def _check_finite(p, raw, where: str = "") -> None:
+    """Refuse ``inf`` and ``nan`` anywhere in the grid (TOML has them; no key
+    means them: ``lr = inf`` would make every run diverge at its first step).
+
+    Raises:
+        StudyError: naming the key (``lr.fixed.lr``).
+    """
+    import math
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for k, v in items:
+        name = f"{where}.{k}" if where and isinstance(k, str) else f"{where}[{k}]" if where else str(k)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise StudyError(f"{p}: {name} = {v}: give a finite number")
+        _check_finite(p, v, name)
 
 
 def parse_contrasts(p, v, algos) -> list[tuple[str, str]]:

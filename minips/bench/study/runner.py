@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import flag_args, launch_env
+from ...rundir import atomic_write
+from ..launch import flag_args, launch_env, mpiexec_command
 from .grid import Grid, RunSpec
 
 __all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record"]
@@ -20,7 +21,7 @@ def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.exec
     ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
     option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
     finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
-    launch = [python] if spec.virtual else [mpiexec, "-n", str(spec.P), python]
+    launch = [python] if spec.virtual else [*mpiexec_command(mpiexec, spec.P), python]
     args = [*launch, "-m", "minips", "train", *flag_args(spec.flags),
             "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
     if spec.variant_options:
@@ -50,12 +51,12 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     if spec.variant_options:  # a TOML table named as the algorithm's options table
         from ...distributed.algorithms import resolve
         table = resolve(spec.flags["algo"]).cls.Options.EXTRA
-        (out / VARIANT_TOML).write_text(
-            f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
+        atomic_write(out / VARIANT_TOML,
+                     f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
     cmd = train_command(spec, out, mpiexec)
     env = launch_env()
     env.update(grid.env)
-    (out / "command.txt").write_text(" ".join(cmd) + "\n")
+    atomic_write(out / "command.txt", " ".join(cmd) + "\n")
     t0 = time.perf_counter()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=grid.timeout_s)
@@ -69,7 +70,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
               "message": stderr.strip().splitlines()[-3:] if stderr.strip() else []}
     if status == "diverged":  # keep the record so a rerun skips it
-        (out / "summary.json").write_text(json.dumps({"status": "diverged", "stderr_tail": result["message"]}) + "\n")
+        atomic_write(out / "summary.json", json.dumps({"status": "diverged", "stderr_tail": result["message"]}) + "\n")
     log(f"  {status}: {' '.join(result['message'])[-300:]}")
     return {**rec, **result}
 

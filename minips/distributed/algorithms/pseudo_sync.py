@@ -37,14 +37,13 @@ pending) and one that the next backward writes into.
 """
 from __future__ import annotations
 
-import typing
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...options import fields_of
+from ...options import fields_of, type_hints
 from .base import Algorithm
 from .predictors import PREDICTORS, make_predictor
 from .spec import convert_value
@@ -106,7 +105,7 @@ class PseudoSyncSGD(Algorithm):
                 raise ValueError(f"staleness must be >= 1, got {self.staleness} "
                                  "(staleness 0 is plain synchronous SGD: use sync)")
             if self.predictor in PREDICTORS:  # typed like the fields of the predictor's Options ("0.95" -> 0.95)
-                hints = typing.get_type_hints(PREDICTORS[self.predictor].Options)
+                hints = type_hints(PREDICTORS[self.predictor].Options)
                 self.predictor_options = {k: convert_value(v, hints[k], f"{self.predictor} option {k}")
                                           if k in hints else v for k, v in self.predictor_options.items()}
             try:

@@ -27,10 +27,9 @@ passes them to its predictor, e.g. ``pseudo-sync:predictor=adaptive:rho=0.95``).
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 
-from ...options import base_type, convert_value, option_rows, options_dict, parse_literal
+from ...options import base_type, convert_value, option_rows, options_dict, parse_literal, type_hints
 
 __all__ = ["ParsedSpec", "parse_spec", "convert_value", "build_options", "option_rows", "options_dict",
            "parse_literal", "base_type"]
@@ -138,7 +137,7 @@ def build_options(cls, parsed: ParsedSpec | None = None, defaults: dict | None =
             valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
             raise ValueError(f"{where} {cls.name} has no option {k.replace('_', '-')!r}; its options: {valid} "
                              "(python -m minips algorithms lists them)")
-    hints = typing.get_type_hints(Opts)
+    hints = type_hints(Opts)
 
     def typed_value(k, v, what):
         return convert_value(v, hints.get(k, fields[k].type), what)

@@ -30,7 +30,7 @@ import traceback
 from .core import ALLREDUCE_MODES, PROGRESS_MODES, Comm
 from .neighbor import NeighborGraph
 from .request import JobAborted, Request
-from .mpi import launched_by_mpi, launcher_world
+from .mpi import launched_by_mpi, launcher_world, stop_hint
 
 __all__ = ["ALLREDUCE_MODES", "PROGRESS_MODES", "Comm", "JobAborted", "NeighborGraph", "Request", "get_comm",
            "launched_by_mpi", "run_or_abort", "abort_on_exception", "world_size", "in_virtual_rank", "fail_before_mpi",
@@ -111,7 +111,7 @@ def abort_on_exception(comm: Comm, exc: BaseException) -> None:
         raise exc
     if isinstance(exc, KeyboardInterrupt):
         comm.abort("interrupted (SIGINT) on this rank; ending every rank (to stop a run and keep a "
-                   "checkpoint, send SIGTERM or Ctrl-C to mpiexec, which signals every rank)", code=130)
+                   f"checkpoint, {stop_hint()})", code=130)
     if isinstance(exc, SystemExit):
         code = exc.code if isinstance(exc.code, int) and exc.code else 1
         comm.abort(f"this rank exited (sys.exit({exc.code!r})) while the others run; ending every rank", code=code)

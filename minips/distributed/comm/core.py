@@ -122,7 +122,7 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         self.signals = getattr(mpi_comm, "signals", None)
         self.progress_mode = progress
         self._pending: set[Request] = set()
-        self._thread = ProgressThread() if (progress == "thread" and self.size > 1) else None
+        self._thread = self._progress_thread(progress)
         self._locks = BufferLocks()  # the arrays that pending requests hold read-only
         self._start_meter()  # stats and the emulated link (.meter)
 
@@ -180,7 +180,7 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         (real, emulated, or under virtual ranks modelled only)."""
         lib = "no MPI (one process)"
         if self.MPI is not None:
-            lib = " ".join(self.MPI.Get_library_version().splitlines()[0].split())
+            lib = mpi_backend.library_version(self.MPI)
         net = f"EMULATED network {self.network}" if self.network else "real network"
         if self.virtual:
             net = (f"network {self.network} MODELLED for projected times (not emulated)" if self.network
@@ -254,8 +254,9 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         process manager kills every rank and may end before it forwards what is
         still in a rank's output pipe (seen as a failed job with no output at
         all when the launcher was slow to be scheduled), so this waits until
-        the pipe is read (:func:`.mpi.drain_output`), then silences MPICH's own
-        abort line (the message has said it all) and aborts. Under virtual
+        the pipe is read (:func:`.mpi.drain_output`), then silences the MPI
+        library's own abort lines (the message has said it all) and aborts
+        (:func:`.mpi.abort`: ``MPI_Abort``, without Open MPI's banner). Under virtual
         ranks the process lives on: the other ranks raise :class:`JobAborted`
         at their next call (a rank waiting in one at once) and this one raises
         SystemExit; when the job is already ending (another rank aborted
@@ -270,6 +271,7 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         if self.size > 1:
             if claim is None:  # not under virtual ranks: fd 2 is the whole process's
                 mpi_backend.silence_stderr()
+                mpi_backend.abort(getattr(self, "MPI", None), self.mpi, code)  # MPI_Abort, without Open MPI's banner
             self.mpi.Abort(code)
         raise SystemExit(code)
 
@@ -290,9 +292,28 @@ class Comm(Collectives, NeighborCollectives, PointToPoint, Meter):
         self.network = parse_network(network) if network else None
         self._set_nodes(allreduce, ranks_per_node)
         if progress != self.progress_mode:
+            thread = self._progress_thread(progress)  # may refuse: before anything changes
             self.close()
             self.progress_mode = progress
-            self._thread = ProgressThread() if (progress == "thread" and self.size > 1) else None
+            self._thread = thread
+
+    def _progress_thread(self, progress: str) -> ProgressThread | None:
+        """The progress thread of ``progress="thread"`` on several ranks, else None.
+
+        Raises:
+            ValueError: the MPI library granted less than ``MPI_THREAD_MULTIPLE``
+                (the thread calls ``MPI_Test`` while the training thread calls MPI).
+        """
+        if progress != "thread" or self.size == 1:
+            return None
+        if not self.virtual:
+            granted = self.MPI.Query_thread()
+            if granted < self.MPI.THREAD_MULTIPLE:
+                raise ValueError(
+                    "--progress thread calls MPI from a second thread and needs MPI_THREAD_MULTIPLE, but this MPI "
+                    f"library granted {mpi_backend.thread_level_name(self.MPI, granted)}: use --progress poll (the "
+                    "default), or unset MPI4PY_RC_THREAD_LEVEL / use an MPI built with thread support")
+        return ProgressThread()
 
     def close(self) -> None:
         """Stop the progress thread (pending requests must be waited first)."""

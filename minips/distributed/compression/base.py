@@ -24,12 +24,11 @@ must differ), so runs are reproducible and a resumed run draws the same.
 from __future__ import annotations
 
 import math
-import typing
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ...options import base_type, convert_value, fields_of, parse_literal
+from ...options import base_type, convert_value, fields_of, parse_literal, type_hints
 
 __all__ = ["Compressor", "Payload", "check_options_types", "check_vector", "resolve_k"]
 
@@ -87,7 +86,7 @@ def check_options_types(name: str, opts) -> None:
         ValueError: ``compressor NAME: option K must be an integer|a number|true
             or false, got V; write e.g. K=DEFAULT`` (for ``k``: ``for a fraction use ratio=``).
     """
-    hints = typing.get_type_hints(type(opts))
+    hints = type_hints(type(opts))
     defaults = fields_of(type(opts))
     for f in fields(opts):
         k, v, default = f.name, parse_literal(getattr(opts, f.name)), defaults[f.name]

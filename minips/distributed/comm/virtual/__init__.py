@@ -42,7 +42,7 @@ Failure: a rank that raises aborts the world (:meth:`World.abort`): every
 rank waiting in a call wakes with :class:`~minips.distributed.comm.JobAborted`,
 every other rank gets it at its next call, and :func:`run` raises the first
 rank's exception in the calling thread, naming the rank. Signals go to the
-process's main thread, which relays SIGINT and SIGTERM to every rank that
+process's main thread, which relays SIGINT, SIGTERM and SIGUSR1 to every rank that
 registered a handler (the stop protocol, :class:`minips.stop.StopAgreement`),
 as mpiexec forwards them to every process; with none registered (or at a
 second signal) the job is aborted.

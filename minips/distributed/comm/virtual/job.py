@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 
 from ..core import Comm
+from ..mpi import STOP_SIGNALS
 from ..request import JobAborted
 from .communicator import VirtualComm
 from .world import World
@@ -46,7 +47,7 @@ def _one_blas_thread():
 
 @contextmanager
 def _relay_signals(world: World):
-    """In the main thread: SIGINT and SIGTERM go to the ranks' handlers; with
+    """In the main thread: SIGINT, SIGTERM and SIGUSR1 go to the ranks' handlers; with
     none registered, or at a second signal, they abort the job."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -57,15 +58,14 @@ def _relay_signals(world: World):
         if not seen and world.signals.deliver(signum, frame):
             seen.append(signum)
             return
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"[minips] {name}: ending every virtual rank\n")
-        sys.stderr.flush()
-        world.abort(None, 128 + signum)
+        if world.abort(None, 128 + signum):  # the first abort says why (a later signal ends the wait for the ranks)
+            sys.stderr.write(f"[minips] {signal.Signals(signum).name}: ending every virtual rank\n")
+            sys.stderr.flush()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:

@@ -24,7 +24,7 @@ __all__ = ["Context", "FairSemaphore", "SignalRelay", "Slot", "World"]
 class SignalRelay:
     """Signal handlers that virtual ranks register (they are not the main
     thread, so ``signal.signal`` is not theirs to call); the main thread,
-    which receives SIGINT and SIGTERM, calls every registered handler, as
+    which receives SIGINT, SIGTERM and SIGUSR1, calls every registered handler, as
     mpiexec forwards a signal to every process."""
 
     def __init__(self):
