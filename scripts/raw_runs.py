@@ -47,7 +47,7 @@ def load(folders: dict, script: str) -> dict:
         first = first.relative_to(ROOT) if first.is_absolute() and first.is_relative_to(ROOT) else first
         raise SystemExit(f"{script}: {len(missing)} of the {len(folders)} raw runs it needs are missing (first: "
                          f"{first}/summary.json or metrics.csv); a table is never built from fewer runs: "
-                         "commit the runs (docs/bench/accuracy/five/README.md says how they were made)")
+                         "commit the runs (the README.md beside the table says how they were made)")
     return out
 
 

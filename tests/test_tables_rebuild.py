@@ -27,9 +27,33 @@ def _script(name):
         sys.path.remove(str(SCRIPTS))
 
 
-@pytest.mark.parametrize("name", ["five_seed_tables", "gap_tables", "scale_study"])
-def test_every_table_rebuilds_unchanged_from_the_committed_runs(name, capsys):
-    assert _script(name).main(["--check"]) == 0, capsys.readouterr().out
+TABLE_SCRIPTS = ["five_seed_tables", "gap_tables", "scale_study"]
+
+
+@pytest.fixture(scope="module")
+def clean_checkout(tmp_path_factory):
+    """The files git tracks under scripts/ and docs/bench/, copied alone into a fresh folder: what a
+    clean clone holds there. A run folder that exists here but is untracked or ignored (the way
+    issue 25's raw runs were lost) is absent from the copy."""
+    import subprocess
+    root = tmp_path_factory.mktemp("clean")
+    names = subprocess.run(["git", "ls-files", "-z", "--", "scripts", "docs/bench"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():  # a tracked file deleted in the work tree is not copied
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, root / name)
+    return root
+
+
+@pytest.mark.parametrize("name", TABLE_SCRIPTS)
+def test_every_table_rebuilds_unchanged_from_the_committed_runs(name, clean_checkout):
+    """Each table script, run from the clean copy (it reads its runs relative to its own file),
+    rebuilds its committed tables unchanged (``--check``) from the tracked run files alone."""
+    import subprocess
+    r = subprocess.run([sys.executable, str(clean_checkout / "scripts" / f"{name}.py"), "--check"],
+                       cwd=clean_checkout, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
 
 
 def test_a_table_refuses_when_a_run_it_needs_is_missing(tmp_path, monkeypatch):
