@@ -1,21 +1,21 @@
 """Issue 31's tables (docs/accuracy.md section 8): each fix of ``local`` against
-``local`` and sync, paired by seed, from committed raw runs (``summary.json`` and
-``metrics.csv`` per run); every run a section needs must be there, or the script stops and
-names the first missing one:
+``local`` and sync, paired by seed, from committed files only; a section whose run folders
+were lost is built from the study's own per-run records and says so (**raw runs lost**):
 
 - stage 1, mini set, P = 8, k = 1, seeds 0-4: sync, ``local``, ``local-rewind`` and
-  ``layerwise-local``, one commit (4eaed74): docs/bench/accuracy/gaps/mini/runs/;
-  ``local`` and ``local`` with ``sync_warmup=20``, one commit (a152dc0):
-  docs/bench/accuracy/gaps/warmup/runs/, with sync from gaps/mini/runs/;
+  ``layerwise-local``, one commit (4eaed74): raw runs lost, from
+  docs/bench/accuracy/gaps/mini/study-gaps.json; ``local`` and ``local`` with
+  ``sync_warmup=20``, one commit (a152dc0): raw runs lost, from
+  gaps/warmup/study-gaps-warmup.json, with sync from the mini study. Issue 41 made some of those
+  runs again on the same commits and committed them (gaps/mini/runs/, gaps/warmup/runs/): every
+  committed run must give the value its study recorded, or the script stops;
 - stage 2, full Fashion-MNIST, P = 8, k = 1, seeds 0-2: sync and ``local`` from issue 12's run
   folders docs/bench/accuracy/full/P8/ (commit 24626ca; ``local`` there is bitwise the run
-  3fe596b made, gaps/full/load.txt); ``local-rewind`` (commit 3fe596b): **raw runs lost**, from
-  the study's own record of each run, docs/bench/accuracy/gaps/full/study-gaps-full.json (log:
-  study.log there), and the section says so;
+  3fe596b made, gaps/full/load.txt); every one of them must be there, or the script stops and
+  names the first missing one; ``local-rewind`` (commit 3fe596b): raw runs lost, from
+  gaps/full/study-gaps-full.json;
 - stage 2, the captioner, P = 2, k = 1, seeds 0-2: sync, ``local`` and ``local-rewind``
-  (commit a152dc0). **Raw runs lost**: this section is built from the study's own record
-  of each run, docs/bench/accuracy/gaps/captioner/study-gaps-captioner.json (its log:
-  study.log there), and says so.
+  (commit a152dc0): raw runs lost, from gaps/captioner/study-gaps-captioner.json.
 
 docs/bench/accuracy/gaps/README.md says how the runs were made and checked.
 
@@ -64,15 +64,44 @@ def from_folders(folders: dict, val_key: str, test_key: str) -> tuple[dict, dict
     return val, test
 
 
-def from_study_json(path: Path, labels) -> tuple[dict, dict]:
-    """A section whose raw runs were lost: the study's own per-run records (metric, reported)."""
+def from_study_json(path: Path, labels, seeds=None) -> tuple[dict, dict]:
+    """A section whose raw runs were lost: the study's own per-run records (metric, reported).
+
+    Raises:
+        SystemExit: the record lacks a run (label, seed) the section needs.
+    """
     val, test = {}, {}
     for r in json.loads(path.read_text())["runs"]:
         if r["label"] in labels:
             ok = r.get("status") == "ok"
             val.setdefault(r["label"], {})[r["seed"]] = r["metric"] if ok else None
             test.setdefault(r["label"], {})[r["seed"]] = r["reported"] if ok else None
+    want = [(lab, s) for lab in labels for s in (seeds if seeds is not None else range(3))]
+    gone = [w for w in want if w[1] not in val.get(w[0], {})]
+    if gone:
+        raise SystemExit(f"gap_tables.py: {path.relative_to(ROOT)} has no record of {len(gone)} run(s) the table "
+                         f"needs (first: {gone[0][0]} seed {gone[0][1]}); a table is never built from fewer runs")
     return val, test
+
+
+def check_reruns(root: Path, val: dict, test: dict) -> int:
+    """Every run folder committed under ``root`` (a rerun of a lost run, on the commit that made it)
+    must give the value the study recorded for that run, val and test; returns how many there are.
+
+    Raises:
+        SystemExit: a committed run that differs from the record, or that the record does not hold.
+    """
+    n = 0
+    for summary in sorted(root.glob("P8/fixed/*/seed*/summary.json")):
+        s = json.loads(summary.read_text())
+        seed = int(summary.parent.name[4:])
+        lab = next((k for k in val if safe(k) == summary.parent.parent.name), None)
+        if lab is None or seed not in val[lab]:
+            raise SystemExit(f"gap_tables.py: {summary.relative_to(ROOT)} is not in the study's record")
+        if (s.get("val_accuracy"), s.get("test_accuracy")) != (val[lab][seed], test[lab][seed]):
+            raise SystemExit(f"gap_tables.py: {summary.relative_to(ROOT)} differs from the study's record of it")
+        n += 1
+    return n
 
 
 def table(title: str, source: str, val: dict, test: dict, fixes, scale: float, digits: int,
@@ -120,11 +149,11 @@ def table(title: str, source: str, val: dict, test: dict, fixes, scale: float, d
 
 def build() -> tuple[str, str]:
     """The tables' markdown and JSON text, from the committed runs."""
-    seeds5, seeds3 = range(5), range(3)
-    mini_v, mini_t = from_folders(study_folders(GAPS / "mini" / "runs", 8, ["sync", LOCAL, REWIND, LAYER], seeds5),
-                                  "val_accuracy", "test_accuracy")
-    warm_v, warm_t = from_folders(study_folders(GAPS / "warmup" / "runs", 8, [LOCAL, WARM], seeds5),
-                                  "val_accuracy", "test_accuracy")
+    seeds3 = range(3)
+    mini_v, mini_t = from_study_json(GAPS / "mini" / "study-gaps.json", ["sync", LOCAL, REWIND, LAYER], range(5))
+    warm_v, warm_t = from_study_json(GAPS / "warmup" / "study-gaps-warmup.json", [LOCAL, WARM], range(5))
+    n_mini = check_reruns(GAPS / "mini" / "runs", mini_v, mini_t)
+    n_warm = check_reruns(GAPS / "warmup" / "runs", warm_v, warm_t)
     full_folders = {**{("sync", s): ACC / "full" / "P8" / "sync" / f"seed{s}" for s in seeds3},
                     **{(LOCAL, s): ACC / "full" / "P8" / safe(LOCAL) / f"seed{s}" for s in seeds3}}
     full_v, full_t = from_folders(full_folders, "val_accuracy", "test_accuracy")
@@ -137,9 +166,14 @@ def build() -> tuple[str, str]:
     out = []
     for title, source, val, test, fixes, scale, digits, stage1 in (
             ("Stage 1: mini set, P = 8, k = 1 (local-rewind, layerwise-local)",
-             "Raw runs: `gaps/mini/runs/` (commit 4eaed74).", mini_v, mini_t, [REWIND, LAYER], 100.0, 4, True),
+             "**Raw runs lost**: the values are the study's own per-run records (`gaps/mini/study-gaps.json`, "
+             f"commit 4eaed74; log `gaps/mini/study.log`); {n_mini} of its 20 runs were made again on that commit "
+             "and are committed (`gaps/mini/runs/`), each equal to its record bit for bit (`gaps/mini/"
+             "rerun-check.txt`; this script checks the values).", mini_v, mini_t, [REWIND, LAYER], 100.0, 4, True),
             ("Stage 1: mini set, P = 8, k = 1 (sync_warmup = 20)",
-             "Raw runs: `gaps/warmup/runs/` (commit a152dc0); sync from `gaps/mini/runs/` (commit 4eaed74).",
+             "**Raw runs lost**: the values are the studies' own per-run records (`gaps/warmup/study-gaps-warmup"
+             f".json`, commit a152dc0; sync from `gaps/mini/study-gaps.json`, commit 4eaed74); {n_warm} of the 10 "
+             "runs were made again and are committed (`gaps/warmup/runs/`), each equal to its record.",
              {"sync": mini_v["sync"], **warm_v}, {"sync": mini_t["sync"], **warm_t}, [WARM], 100.0, 4, True),
             ("Stage 2: full Fashion-MNIST, P = 8, k = 1",
              "Raw runs: sync and local from `full/P8/` (commit 24626ca). **Raw runs lost** for local-rewind "

@@ -27,7 +27,12 @@ def _script(name):
         sys.path.remove(str(SCRIPTS))
 
 
-TABLE_SCRIPTS = ["five_seed_tables", "gap_tables", "scale_study"]
+#: each table script and the committed files it writes
+TABLE_SCRIPTS = {
+    "five_seed_tables": ["docs/bench/accuracy/five/tables.md", "docs/bench/accuracy/five/tables.json"],
+    "gap_tables": ["docs/bench/accuracy/gaps/tables.md", "docs/bench/accuracy/gaps/tables.json"],
+    "scale_study": ["docs/bench/scale/study1/accuracy-vs-P.md", "docs/bench/scale/study1/accuracy-vs-P.json"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +51,19 @@ def clean_checkout(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name", TABLE_SCRIPTS)
-def test_every_table_rebuilds_unchanged_from_the_committed_runs(name, clean_checkout):
-    """Each table script, run from the clean copy (it reads its runs relative to its own file),
-    rebuilds its committed tables unchanged (``--check``) from the tracked run files alone."""
+@pytest.mark.parametrize("name", sorted(TABLE_SCRIPTS))
+def test_every_table_rebuilds_unchanged_from_the_committed_runs(name, clean_checkout, tmp_path):
+    """Each table script, run as a user runs it in the clean copy (it reads its runs relative to its
+    own file and writes its tables), succeeds and writes exactly the committed tables."""
     import subprocess
-    r = subprocess.run([sys.executable, str(clean_checkout / "scripts" / f"{name}.py"), "--check"],
-                       cwd=clean_checkout, capture_output=True, text=True, timeout=120)
+    copy = tmp_path / "clean"
+    shutil.copytree(clean_checkout, copy)
+    r = subprocess.run([sys.executable, str(copy / "scripts" / f"{name}.py")], cwd=copy, capture_output=True,
+                       text=True, timeout=120, env={**__import__("os").environ, "MPLBACKEND": "Agg"})
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    for table in TABLE_SCRIPTS[name]:
+        assert (copy / table).read_text() == (ROOT / table).read_text(), \
+            f"{name}.py rebuilt {table} differently from the committed file"
 
 
 def test_a_table_refuses_when_a_run_it_needs_is_missing(tmp_path, monkeypatch):
@@ -105,3 +115,19 @@ def test_raw_run_folders_under_docs_bench_are_not_ignored():
     probe = "docs/bench/accuracy/five/full/runs/P4/fixed/sync/seed3/summary.json"
     r = subprocess.run(["git", "check-ignore", "-v", probe], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 1, f"git ignores {probe}: {r.stdout.strip()} (ignore /runs/, the top folder, only)"
+
+
+def test_a_rerun_that_differs_from_its_study_record_stops_the_gap_tables(clean_checkout, tmp_path):
+    """The gap tables are built from the studies' records (raw runs lost); the runs made again
+    and committed must equal those records, or the script stops rather than print the table."""
+    import subprocess
+    copy = tmp_path / "clean"
+    shutil.copytree(clean_checkout, copy)
+    summaries = sorted((copy / "docs/bench/accuracy/gaps/mini/runs").glob("P8/fixed/*/seed*/summary.json"))
+    assert summaries, "no committed rerun of the gap study"
+    s = json.loads(summaries[0].read_text())
+    s["val_accuracy"] += 0.001
+    summaries[0].write_text(json.dumps(s))
+    r = subprocess.run([sys.executable, str(copy / "scripts" / "gap_tables.py"), "--check"], cwd=copy,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "differs from the study's record of it" in r.stderr, r.stderr[-1000:]
