@@ -3,12 +3,12 @@
 were lost is built from the study's own per-run records and says so (**raw runs lost**):
 
 - stage 1, mini set, P = 8, k = 1, seeds 0-4: sync, ``local``, ``local-rewind`` and
-  ``layerwise-local``, one commit (4eaed74): raw runs lost, from
-  docs/bench/accuracy/gaps/mini/study-gaps.json; ``local`` and ``local`` with
-  ``sync_warmup=20``, one commit (a152dc0): raw runs lost, from
-  gaps/warmup/study-gaps-warmup.json, with sync from the mini study. Issue 41 made some of those
-  runs again on the same commits and committed them (gaps/mini/runs/, gaps/warmup/runs/): every
-  committed run must give the value its study recorded, or the script stops;
+  ``layerwise-local``, one commit (4eaed74): docs/bench/accuracy/gaps/mini/runs/ (made again
+  by issue 41; every run must be there, or the script stops and names the first missing one);
+  ``local`` and ``local`` with ``sync_warmup=20``, one commit (a152dc0): raw runs lost, from
+  gaps/warmup/study-gaps-warmup.json, with sync from gaps/mini/runs/. Every run committed under
+  gaps/mini/runs/ and gaps/warmup/runs/ must give the value its study recorded
+  (study-gaps.json, study-gaps-warmup.json), or the script stops;
 - stage 2, full Fashion-MNIST, P = 8, k = 1, seeds 0-2: sync and ``local`` from issue 12's run
   folders docs/bench/accuracy/full/P8/ (commit 24626ca; ``local`` there is bitwise the run
   3fe596b made, gaps/full/load.txt); every one of them must be there, or the script stops and
@@ -150,9 +150,11 @@ def table(title: str, source: str, val: dict, test: dict, fixes, scale: float, d
 def build() -> tuple[str, str]:
     """The tables' markdown and JSON text, from the committed runs."""
     seeds3 = range(3)
-    mini_v, mini_t = from_study_json(GAPS / "mini" / "study-gaps.json", ["sync", LOCAL, REWIND, LAYER], range(5))
+    mini_v, mini_t = from_folders(study_folders(GAPS / "mini" / "runs", 8, ["sync", LOCAL, REWIND, LAYER], range(5)),
+                                  "val_accuracy", "test_accuracy")
+    rec_v, rec_t = from_study_json(GAPS / "mini" / "study-gaps.json", ["sync", LOCAL, REWIND, LAYER], range(5))
     warm_v, warm_t = from_study_json(GAPS / "warmup" / "study-gaps-warmup.json", [LOCAL, WARM], range(5))
-    n_mini = check_reruns(GAPS / "mini" / "runs", mini_v, mini_t)
+    check_reruns(GAPS / "mini" / "runs", rec_v, rec_t)  # the runs made again equal issue 31's record of them
     n_warm = check_reruns(GAPS / "warmup" / "runs", warm_v, warm_t)
     full_folders = {**{("sync", s): ACC / "full" / "P8" / "sync" / f"seed{s}" for s in seeds3},
                     **{(LOCAL, s): ACC / "full" / "P8" / safe(LOCAL) / f"seed{s}" for s in seeds3}}
@@ -166,14 +168,16 @@ def build() -> tuple[str, str]:
     out = []
     for title, source, val, test, fixes, scale, digits, stage1 in (
             ("Stage 1: mini set, P = 8, k = 1 (local-rewind, layerwise-local)",
-             "**Raw runs lost**: the values are the study's own per-run records (`gaps/mini/study-gaps.json`, "
-             f"commit 4eaed74; log `gaps/mini/study.log`); {n_mini} of its 20 runs were made again on that commit "
-             "and are committed (`gaps/mini/runs/`), each equal to its record bit for bit (`gaps/mini/"
-             "rerun-check.txt`; this script checks the values).", mini_v, mini_t, [REWIND, LAYER], 100.0, 4, True),
+             "Raw runs: `gaps/mini/runs/` (commit 4eaed74). Issue 31 kept only the study's per-run records "
+             "(`gaps/mini/study-gaps.json`); issue 41 made all 20 runs again on that commit, each equal to its "
+             "record bit for bit (`gaps/mini/rerun-check.txt`; this script checks the values).",
+             mini_v, mini_t, [REWIND, LAYER], 100.0, 4, True),
             ("Stage 1: mini set, P = 8, k = 1 (sync_warmup = 20)",
-             "**Raw runs lost**: the values are the studies' own per-run records (`gaps/warmup/study-gaps-warmup"
-             f".json`, commit a152dc0; sync from `gaps/mini/study-gaps.json`, commit 4eaed74); {n_warm} of the 10 "
-             "runs were made again and are committed (`gaps/warmup/runs/`), each equal to its record.",
+             "**Raw runs lost** for `local` and `sync_warmup`: the values are the study's own per-run records "
+             "(`gaps/warmup/study-gaps-warmup.json`, commit a152dc0; log `gaps/warmup/study.log`)"
+             + (f"; {n_warm} of its 10 runs were made again and are committed (`gaps/warmup/runs/`), each equal to "
+                "its record" if n_warm else "; they were not rerun")
+             + ". Sync: raw runs `gaps/mini/runs/` (commit 4eaed74).",
              {"sync": mini_v["sync"], **warm_v}, {"sync": mini_t["sync"], **warm_t}, [WARM], 100.0, 4, True),
             ("Stage 2: full Fashion-MNIST, P = 8, k = 1",
              "Raw runs: sync and local from `full/P8/` (commit 24626ca). **Raw runs lost** for local-rewind "
