@@ -196,7 +196,8 @@ def paired(a: dict, b: dict, confidence: float = CONFIDENCE, chance: float | Non
             out and counted like a divergence.
 
     Returns:
-        :class:`Paired`, or None when no seed has both values.
+        :class:`Paired`, or None when no seed has both values (after leaving
+        out the collapsed ones).
     """
     seeds = tuple(sorted(s for s in a if s in b and outcome(a[s], chance) == "ok"
                          and outcome(b[s], chance) == "ok"))

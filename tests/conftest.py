@@ -9,8 +9,10 @@ at a time (:func:`one_mpi_job_at_a_time`).
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,28 +27,56 @@ import pytest  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def mpi_jobs_share_the_cores(request, tmp_path_factory):
-    """Under pytest-xdist (the README's test command runs one worker per core),
-    tests marked ``mpi`` share a lock between the workers: a test marked
-    ``mpi(ranks=N)`` with N > 2 takes it alone, a two-rank one (``mpi``) shares
-    it with other two-rank ones. Two ``mpiexec`` jobs of 4 or 8 ranks at once
-    would put up to 16 busy-polling ranks on 2 cores and slow each other into
-    timeouts; meanwhile the other workers go on with tests that launch no
-    ranks. Without xdist there is nothing to share."""
-    marker = request.node.get_closest_marker("mpi")
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or marker is None:
+#: the file whose lock the xdist workers share (:func:`cores_for_ranks`); set per session
+_MPI_LOCK: Path | None = None
+
+
+@contextlib.contextmanager
+def cores_for_ranks(ranks: int):
+    """Hold the workers' shared MPI lock while ``ranks`` MPI processes run: a
+    job of more than two ranks alone, a two-rank one beside other two-rank ones
+    and the tests that launch no ranks. Two ``mpiexec`` jobs of 4 or 8 ranks at
+    once would put up to 16 busy-polling ranks on 2 cores and slow each other
+    into timeouts. Without xdist (one test at a time) it does nothing."""
+    if _MPI_LOCK is None or os.environ.get("PYTEST_XDIST_WORKER") is None:
         yield
         return
-    alone = marker.kwargs.get("ranks", 2) > 2
-    # every worker's basetemp is a folder of one per-session root
-    lock = tmp_path_factory.getbasetemp().parent / "mpi-tests.lock"
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    with open(_MPI_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if ranks > 2 else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def mpi_jobs_share_the_cores(request, tmp_path_factory):
+    """Under pytest-xdist (the README's test command runs one worker per core),
+    a test marked ``mpi`` holds :func:`cores_for_ranks` for its whole run (N
+    ranks for ``mpi(ranks=N)``, 2 for a plain ``mpi``); meanwhile the other
+    workers go on with tests that launch no ranks. A test marked
+    ``mpi(ranks=N, lock="in test")`` takes it itself, around its ``mpiexec``
+    only, so that what it runs in this process (virtual ranks: threads that
+    share one core under the GIL) does not keep the other core idle."""
+    global _MPI_LOCK
+    _MPI_LOCK = tmp_path_factory.getbasetemp().parent / "mpi-tests.lock"  # one per-session root above workers'
+    marker = request.node.get_closest_marker("mpi")
+    if marker is None or marker.kwargs.get("lock") == "in test":
+        yield
+        return
+    with cores_for_ranks(marker.kwargs.get("ranks", 2)):
+        yield
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The notebook tests (marker ``notebooks``, the notebooks extra) are
+    collected only when ``-m`` names them (as .ci/run does): the default run's
+    ``-m "not notebooks"`` would deselect them anyway, and without the extra
+    their module could not be imported."""
+    if collection_path.name == "test_tutorial_notebooks.py":
+        wanted = (config.option.markexpr or "").replace("not notebooks", "")
+        return "notebooks" not in wanted or None
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -256,14 +286,77 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
     return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
+#: Commands that compile every Numba kernel the tests use into Numba's cache
+#: (``cache=True``: ``__pycache__`` beside each source), in two processes, one
+#: a core: the convolutions and pools; the MLP with the predictors'
+#: loops and the compressors, then the captioner's LSTM. On a fresh clone the
+#: cache is empty, and each process a test starts (up to 8 mpiexec ranks at
+#: once) would otherwise compile the kernels it calls itself: 10-17 s of CPU
+#: each for a ConvNet or an MLP run with pseudo-sync.
+WARM_KERNELS = (
+    [["train", "--model", "convnet", "--epochs", "1", "--max-steps", "2", "--batch-size", "16"]],
+    [["compare", "--model", "mlp", "--epochs", "1", "--max-steps", "2", "--batch-size", "16", "--virtual-ranks", "2",
+      "--algos", "sync,pseudo-sync:predictor=local,pseudo-sync:predictor=adaptive,"
+                 "pseudo-sync:predictor=adaptive-local,pseudo-sync:predictor=spike,qsgd,topk-sgd,powersgd,gs-sgd,"
+                 "choco-sgd,dng,pqasgd"],
+     ["train", "--model", "captioner", "--data", "moving-fmnist-captions", "--epochs", "1", "--max-steps", "2",
+      "--batch-size", "8"]],
+)
+
+
+#: a decorator, or a dict of njit options, with cache=True (not a docstring's mention)
+CACHED_KERNEL = re.compile(r"^\s*(@|\w+ = dict\().*cache=True", re.M)
+
+
+def numba_cache_is_warm() -> bool:
+    """Whether every source file with cached Numba kernels has an index file
+    (``*.nbi``) in its ``__pycache__`` at least as new as itself. A guess that
+    saves the warm-up's seconds when the cache is filled; Numba itself checks
+    each entry against its source and recompiles what is stale."""
+    if os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return False
+    sources = [f for folder in (ROOT / "kernels", ROOT / "minips") for f in folder.rglob("*.py")
+               if "__pycache__" not in f.parts and CACHED_KERNEL.search(f.read_text(errors="replace"))]
+    for src in sources:
+        index = list((src.parent / "__pycache__").glob(f"{src.stem}.*.nbi"))
+        if not index or max(i.stat().st_mtime for i in index) < src.stat().st_mtime:
+            return False
+    return True
+
+
+def warm_numba_cache() -> None:
+    """Run :data:`WARM_KERNELS` (each list in one process, the lists side by
+    side) with one thread each, outputs in a temporary folder. A command that
+    fails only costs its kernels' warm-up: the tests that use them then compile
+    them and report the failure themselves."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="minips-warm-") as tmp:
+        env = subprocess_env({"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        script = ("import sys\nfrom minips.cli import main\n"
+                  "for i, args in enumerate(eval(sys.argv[1])):\n"
+                  "    main([*args, '--quiet', '--out', f'{sys.argv[2]}/{i}'])\n")
+        procs = [subprocess.Popen([sys.executable, "-c", script, repr(cmds), f"{tmp}/{n}"], cwd=ROOT, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for n, cmds in enumerate(WARM_KERNELS)]
+        for proc in procs:
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def pytest_configure(config):
     """Once per test session, before any worker starts: compile the project's
-    Python files to bytecode (``__pycache__``). Where PYTHONDONTWRITEBYTECODE is
-    set, as on some CI machines, every ``python -m minips`` and ``mpiexec`` rank
-    a test starts would otherwise compile minips from source again (about 0.3 s
-    of CPU per process); reading ``.pyc`` files is allowed either way."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    Python files to bytecode (``__pycache__``) and its Numba kernels into
+    Numba's cache (:func:`warm_numba_cache`, unless the cache looks warm).
+    Where PYTHONDONTWRITEBYTECODE is set, as on some CI machines, every
+    ``python -m minips`` and ``mpiexec`` rank a test starts would otherwise
+    compile minips from source again (about 0.3 s of CPU per process);
+    reading ``.pyc`` files is allowed either way."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or config.option.collectonly:
         return
     import compileall
     for folder in ("minips", "kernels", "tests", "tutorials"):
         compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
+    if not numba_cache_is_warm():
+        warm_numba_cache()

@@ -5,7 +5,10 @@ the public algorithm interface, then rank 0 saves: the final flat weights, the
 per-rank weight hashes, the number of requests still pending after finish(),
 the per-step losses. Options (JSON): algo, steps, batch (per rank), lr,
 momentum, staleness, predictor, bucket_mb, progress, network, fail_rank,
-fail_step, write_in_flight.
+fail_step, write_in_flight. With ``algos`` (a list of specs) instead of
+``algo`` the ranks train each in turn on one communicator (one launch, not
+one per algorithm: a rank costs about 1.5 s of CPU to start) and rank 0 saves
+OUT-ALGO.npz for each.
 """
 import json
 import sys
@@ -22,14 +25,22 @@ def synthetic(n=512, d=20, classes=4, seed=0):
 
 
 def main(opts, out):
+    from minips.distributed.comm import get_comm
+
+    comm = get_comm(network=opts.get("network"), progress=opts.get("progress", "poll"))
+    if "algos" not in opts:
+        return train(comm, opts, out)
+    for algo in opts["algos"]:
+        train(comm, {**opts, "algo": algo}, out.removesuffix(".npz") + f"-{algo}.npz")
+
+
+def train(comm, opts, out):
     import minips as mp
     from minips.data import BatchLoader, DistributedSampler
     from minips.distributed.algorithms import build_algorithm
-    from minips.distributed.comm import get_comm
     from minips.models import MLP
     from minips.optim import SGD
 
-    comm = get_comm(network=opts.get("network"), progress=opts.get("progress", "poll"))
     mp.random.seed(0)
     model = MLP(20, (16,), 4)
     if opts.get("perturb_rank0"):  # start from different weights: start() must broadcast rank 0's

@@ -99,13 +99,17 @@ def test_pseudo_sync_equals_one_process_simulation(predictor, staleness, P, tmp_
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("progress", ["none", "poll", "thread"])
-@pytest.mark.parametrize("algo", ["sync", "overlap-sync", "pseudo-sync"])
-def test_replicas_identical_and_nothing_pending(algo, progress, tmp_path):
-    run, _ = launch(3, {"algo": algo, "steps": 15, "batch": 8, "progress": progress,
-                        "predictor": "adaptive", "perturb_rank0": True}, tmp_path, mpi=True)
-    assert len(set(run["hashes"].tolist())) == 1
-    assert int(run["pending"]) == 0
-    assert int(run["steps"]) == 15
+def test_replicas_identical_and_nothing_pending(progress, tmp_path):
+    """sync, overlap-sync and pseudo-sync one after the other in one launch per progress mode."""
+    algos = ["sync", "overlap-sync", "pseudo-sync"]
+    _, proc = launch(3, {"algos": algos, "steps": 15, "batch": 8, "progress": progress, "predictor": "adaptive",
+                         "perturb_rank0": True}, tmp_path, expect_ok=False, mpi=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for algo in algos:
+        run = np.load(next(tmp_path.glob(f"out-3-*-{algo}.npz")))
+        assert len(set(run["hashes"].tolist())) == 1, algo
+        assert int(run["pending"]) == 0, algo
+        assert int(run["steps"]) == 15, algo
 
 
 @pytest.mark.mpi

@@ -53,6 +53,39 @@ def test_verdicts_and_missing_seeds():
     assert stats.paired({5: 0.1}, b) is None
 
 
+def test_a_collapse_is_left_out_of_the_pair_like_a_divergence():
+    # study 1, P = 64, adaptive-local against sync (docs/results.md section 13): seed 0 trained (0.7995), seeds
+    # 1 and 2 ended at chance; averaged in, they gave -54.34 [-155.80, +47.12] "tie"
+    sync = {0: 0.8713, 1: 0.8767, 2: 0.8828}
+    rule = {0: 0.7995, 1: 0.0990, 2: 0.1020}
+    assert stats.collapsed(0.1009, 0.1) and not stats.collapsed(0.11, 0.1) and not stats.collapsed(0.1, None)
+    p = stats.paired(rule, sync, chance=0.1)
+    assert p.seeds == (0,) and p.left_out == {"A": {"collapsed": (1, 2)}, "B": {}} and p.verdict == "1 seed"
+    assert p.diff.mean == pytest.approx(0.7995 - 0.8713)
+    d = stats.compare_with_baseline(rule, sync, 0.005, chance=0.1)
+    assert d["seeds"] == [0] and d["left_out"]["A"] == {"collapsed": [1, 2]}
+    assert stats.fmt_diff(d) == "-7.18 (1 seed; left out: 2 of 3 collapsed)"
+    assert stats.paired(rule, sync).seeds == (0, 1, 2)  # without a chance level every finished seed pairs
+    # a collapse of the baseline leaves its seed out too; every seed collapsed: nothing to pair
+    assert stats.paired(sync, rule, chance=0.1).seeds == (0,)
+    assert stats.paired({1: 0.1}, {1: 0.9}, chance=0.1) is None
+
+
+def test_study1_table_rebuilds_with_its_collapses_left_out():
+    # scripts/scale_study.py rebuilds docs/bench/scale/study1/accuracy-vs-P.md from the committed per-seed accuracies
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("scale_study", root / "scripts" / "scale_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    md, rows = mod.tables(mod.load_runs())
+    assert md + "\n" == (root / "docs" / "bench" / "scale" / "study1" / "accuracy-vs-P.md").read_text()
+    row = next(r for r in rows if (r["policy"], r["P"], r["rule"]) == ("fixed", 64, "pseudo-sync:adaptive-local:1"))
+    assert row["at_chance"] == 2 and row["val"]["n"] == 1 and row["val_vs_sync"]["seeds"] == [0]
+    assert "-54.34" not in md
+
+
 def test_target_met_missed_unresolved_and_seeds_to_resolve():
     gap = 0.005  # half a point
     met = stats.t_interval([-0.001, 0.0, 0.001, -0.002, 0.002])
@@ -97,6 +130,30 @@ def test_study_report_pairs_by_seed_and_judges_the_target():
     assert "against the runner-up" in text  # the choice says whether it is resolved
     # cells: mean ± CI half-width; sync's val over 5 seeds: sd 0.01581, half-width 2.776 * 0.01581 / sqrt(5)
     assert f"0.8600 ± {2.7764451 * 0.0158114 / math.sqrt(5):.4f}" in text
+
+
+def test_a_study_never_averages_a_collapse():
+    # B collapses (validation at chance) on seeds 1 and 3: counted like divergences, out of every mean and pair
+    recs = [{**r, "family": "test"} for r in _records()]
+    recs = [{**r, "metric": 0.1, "reported": 0.1} if r["label"] == "B" and r["seed"] in (1, 3) else r
+            for r in recs]
+    g = _grid(within_points=0.5)
+    a = study.aggregate(recs, g.chance)[("fixed", "B", 2)]
+    assert (a["n"], a["n_ok"], a["at_chance"], a["diverged"]) == (5, 3, 2, 0)
+    assert a["mean"] == pytest.approx((0.84 + 0.83 + 0.82) / 3) and a["min"] == 0.82
+    b = {r["label"]: r for r in study.paired_comparisons(g, recs)}["B"]
+    assert b["metric"]["seeds"] == [0, 2, 4] and b["metric"]["mean"] == pytest.approx(-0.02)
+    assert b["reported"]["seeds"] == [0, 2, 4]  # the test metric's pairs leave the same seeds out
+    cell = next(c for c in study.family_cells(g, recs) if c["label"] == "B")
+    assert cell["n_ok"] == 3 and cell["collapsed"] == 2 and cell["mean"] == pytest.approx((0.83 + 0.82 + 0.81) / 3)
+    assert "(3/5 seeds; 2 collapsed: not in the mean)" in study.families_report(g, recs)
+    text = study.markdown_report(g, recs, "t")
+    assert "[2 collapsed: not in the mean]" in text
+    assert "| fixed | 2 | B | 3 | -2.00 [-2.00, -2.00] **worse**; left out: 2 of 5 collapsed |" in text
+    # every seed at chance: the cell says so, like a divergence
+    every = [{**r, "metric": 0.1, "reported": 0.1} if r["label"] == "B" else r for r in _records()]
+    assert "| B | collapsed 5/5 |" in study.markdown_report(g, every, "t")
+    assert study.mark_collapsed(recs, None) == recs  # no chance level (BLEU): nothing collapses
 
 
 def test_grid_keys_and_flags_are_checked(tmp_path):

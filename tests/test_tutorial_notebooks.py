@@ -36,8 +36,12 @@ import checks  # noqa: E402  (tutorials/checks.py)
 
 pytestmark = [pytest.mark.notebooks, pytest.mark.timeout(1200)]   # a step of 9-10 minutes on a busy machine
 
-nbclient = pytest.importorskip("nbclient", reason="the notebooks extra: pip install -e '.[notebooks]'")
-jupytext = pytest.importorskip("jupytext")
+try:  # collected only when asked for (-m notebooks: tests/conftest.py pytest_ignore_collect)
+    import jupytext
+    import nbclient
+except ImportError as e:
+    pytest.fail(f"the notebook tests need the notebooks extra ({e.name} is missing): pip install -e '.[notebooks]'",
+                pytrace=False)
 
 STEPS = sorted(p.stem for p in TUT.glob("[0-9][0-9]_*.py"))
 MPI_STEPS = {"04_mpi_basics", "05_sync_sgd", "06_overlap_buckets", "07_pseudo_sync", "09_video_captioning"}

@@ -22,7 +22,7 @@ import pytest
 
 from minips.distributed.algorithms import ALGORITHMS
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, cores_for_ranks, subprocess_env
 
 #: the specs the issue names (pseudo-sync with both predictors, explicitly)
 SPECS = ["sync", "local-sgd", "d-psgd:topology=ring", "sgp", "topk-sgd", "pseudo-sync:predictor=adaptive",
@@ -39,22 +39,27 @@ EVERY.update({
 })
 
 
-def compare_args(out, algos, steps, *extra):
+def compare_args(out, algos, steps, *extra, checkpoint=True):
+    """``checkpoint``: write each run's final state once (10,000 steps between checkpoints is more than
+    any run here has), for :func:`weights`; without it none (each rank's 8-rank state costs more than
+    its steps)."""
     return ["compare", "--model", "mlp", "--epochs", "1", "--max-steps", str(steps), "--algos", ",".join(algos),
-            "--batch-size", "16", "--quiet", "--checkpoint-every", str(steps or 10_000), "--out", str(out), *extra]
+            "--batch-size", "16", "--quiet", "--checkpoint-every", "10000" if checkpoint else "0", "--out", str(out),
+            *extra]
 
 
-def run_both(P, algos, steps, tmp_path, timeout=600):
+def run_both(P, algos, steps, tmp_path, timeout=600, checkpoint=True):
     """(virtual summaries, MPI summaries) of one compare, in the order of ``algos``."""
     from minips.cli import main
     exe = shutil.which("mpiexec")
     if exe is None:  # pragma: no cover - the mpi extra installs it
         pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
-    proc = subprocess.run([exe, "-n", str(P), sys.executable, "-m", "minips",
-                           *compare_args(tmp_path / "mpi", algos, steps)],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
+    with cores_for_ranks(P):  # the tests' mpi marks say lock="in test": the virtual run below needs no lock
+        proc = subprocess.run([exe, "-n", str(P), sys.executable, "-m", "minips",
+                               *compare_args(tmp_path / "mpi", algos, steps, checkpoint=checkpoint)],
+                              capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert main(compare_args(tmp_path / "virtual", algos, steps, "--virtual-ranks", str(P))) == 0
+    assert main(compare_args(tmp_path / "virtual", algos, steps, "--virtual-ranks", str(P), checkpoint=checkpoint)) == 0
     return [json.loads((tmp_path / side / "compare.json").read_text()) for side in ("virtual", "mpi")]
 
 
@@ -92,13 +97,13 @@ def assert_same_runs(P, algos, tmp_path, virt, mpi):
         assert v["test_loss"] == m["test_loss"] and v["test_accuracy"] == m["test_accuracy"], label
 
 
-@pytest.mark.mpi(ranks=2)
+@pytest.mark.mpi(ranks=2, lock="in test")
 def test_virtual_equals_mpiexec_bitwise_at_P2(tmp_path):
     virt, mpi = run_both(2, SPECS, 10, tmp_path)
     assert_same_runs(2, SPECS, tmp_path, virt, mpi)
 
 
-@pytest.mark.mpi(ranks=4)
+@pytest.mark.mpi(ranks=4, lock="in test")
 def test_virtual_equals_mpiexec_bitwise_at_P4(tmp_path):
     """Beyond P = 2 a sum's order matters; it is MPICH's here, so the runs agree
     bit for bit (stricter than the 1e-5 the issue allows)."""
@@ -106,7 +111,7 @@ def test_virtual_equals_mpiexec_bitwise_at_P4(tmp_path):
     assert_same_runs(4, SPECS, tmp_path, virt, mpi)
 
 
-@pytest.mark.mpi(ranks=4)
+@pytest.mark.mpi(ranks=4, lock="in test")
 def test_an_mlp_epoch_on_4_virtual_ranks_reaches_the_mpi_test_accuracy(tmp_path):
     virt, mpi = run_both(4, ["sync", "pseudo-sync:predictor=local"], 0, tmp_path)
     for v, m in zip(virt, mpi):
@@ -116,7 +121,7 @@ def test_an_mlp_epoch_on_4_virtual_ranks_reaches_the_mpi_test_accuracy(tmp_path)
 
 def _every(names, tmp_path):
     specs = [EVERY[n] for n in names]
-    virt, mpi = run_both(8, specs, 4, tmp_path, timeout=1800)
+    virt, mpi = run_both(8, specs, 4, tmp_path, timeout=1800, checkpoint=False)  # losses and bytes only
     for v, m in zip(virt, mpi):
         assert v["bytes_sent_per_rank"] == m["bytes_sent_per_rank"], v["label"]
         assert all(b > 0 for b in v["bytes_sent_per_rank"]), f"{v['label']} did not communicate in 4 steps"
@@ -129,7 +134,7 @@ def _folder(summary):
     return run_folder(Path("."), summary["label"]).name
 
 
-@pytest.mark.mpi(ranks=8)
+@pytest.mark.mpi(ranks=8, lock="in test")
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_every_algorithm_on_8_virtual_ranks_sends_what_mpi_sends(tmp_path):

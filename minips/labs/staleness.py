@@ -13,6 +13,25 @@ and the predictor tests use. The step rule is the one of
              else:       w_{t+1} = w_t            (pipeline fill: nothing arrived yet)
 
 With ``k = 0`` it is plain (synchronous) minibatch SGD.
+
+P ranks (issue 42): :func:`simulate_ranks` runs the same rule on P ranks, each with its own
+minibatches (its own gradient noise), every rank holding its own weights, optimizer and predictor,
+and the average of the P fresh gradients standing for the allreduce; ``predictor=None`` is
+synchronous SGD (every rank applies the average at once). :func:`largest_stable_steps` gives the
+largest stable ``h * lr`` on ``f(w) = h w^2 / 2`` from the transition matrices, for sync and for the
+*differences between ranks* under ``local``; :func:`largest_stable_lr` finds the largest stable
+learning rate of a simulation by bisection, and :func:`ranks_table` prints docs/accuracy.md's
+table of both (``python -m minips.labs.staleness ranks``).
+
+Why the differences between ranks matter: on a quadratic with every rank's gradient
+``g^i = h w^i + xi^i`` (xi^i: rank i's batch noise), ``local``'s direction
+``d^i_t = G_{t-k} + g^i_t - g^i_{t-k}`` averages over ranks to ``G_t = h w-bar_t + xi-bar_t``: the
+ranks' mean follows synchronous SGD exactly, with its stable step (1.357 for Nesterov 0.9). A
+rank's difference from the mean, ``e^i = w^i - w-bar``, follows
+``d^i_t - d-bar_t = h (e^i_t - e^i_{t-k}) + (xi^i_t - xi-bar_t) - (xi^i_{t-k} - xi-bar_{t-k})``: a
+rule of its own, stable only up to ``h * lr`` = (1 + mu) / (1 + 2 mu) = 0.679 for k = 1 (half of
+sync's), 0.593 for k = 2. With every rank on the same data the differences are zero and never
+show; any per-rank noise excites them, and above that step they grow geometrically.
 """
 from __future__ import annotations
 
@@ -24,7 +43,8 @@ import numpy as np
 from ..optim import SGD
 from ..distributed.algorithms.predictors import Predictor, make_predictor
 
-__all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd"]
+__all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd", "simulate_ranks", "largest_stable_lr",
+           "largest_stable_steps", "sync_transition", "deviation_transition", "ranks_table"]
 
 
 @dataclass
@@ -135,6 +155,160 @@ def run_stale_sgd(problem: LeastSquares, predictor: str | Predictor = "last", st
                               predictor_options, record_every)
 
 
+def simulate_ranks(problem: LeastSquares, P: int, predictor: str | None = None, staleness: int = 1,
+                   lr: float = 0.05, momentum: float = 0.9, nesterov: bool = True, steps: int = 400,
+                   batch: int = 16, seed: int = 0, same_batch: bool = False, diverge_at: float = 1e4) -> dict:
+    """The stale-by-k rule on P ranks, each with its own weights, optimizer (SGD with
+    ``momentum``, Nesterov by default, as the studies) and predictor, and its own
+    minibatches of ``batch`` rows; the mean of the P fresh gradients is what the
+    allreduce returns, k steps later. ``predictor=None``: synchronous SGD (every
+    rank applies the mean at once). From w = 0.
+
+    Args:
+        problem: the least-squares problem; P: ranks >= 1; predictor: a predictor
+            name (one without pooled sums: ``extra_floats == 0``) or None.
+        staleness: k >= 1 for a predictor; lr, momentum, nesterov: the optimizer.
+        steps, batch, seed: the run (batches drawn with ``seed``).
+        same_batch: every rank gets the same rows (no per-rank noise).
+        diverge_at: a weight of magnitude above it (or non-finite) stops the run.
+
+    Returns:
+        ``{"diverged": bool, "steps": steps run, "consensus": [(1/P) sum_i ||w^i - w-bar||^2
+        per step], "loss": full-data loss of w-bar at the end (None if diverged)}``.
+
+    Raises:
+        ValueError: P < 1, or a predictor that pools sums across ranks (it needs the
+            pipeline of :class:`~minips.distributed.algorithms.pseudo_sync.PseudoSyncSGD`).
+    """
+    if P < 1:
+        raise ValueError(f"simulate_ranks: P must be >= 1, got {P}")
+    rng = np.random.default_rng(seed)
+    d = problem.d
+    W = [np.zeros(d, np.float32) for _ in range(P)]
+    opts = [SGD([_Flat(w)], lr=lr, momentum=momentum, nesterov=nesterov) for w in W]
+    preds = None if predictor is None else [make_predictor(predictor, staleness) for _ in range(P)]
+    if preds is not None and preds[0].extra_floats:
+        raise ValueError(f"simulate_ranks: predictor {predictor!r} pools sums across ranks inside the allreduce; "
+                         "run it in training (mpiexec or --virtual-ranks), not in this lab")
+    in_flight: deque = deque()
+    consensus = []
+    for t in range(steps):
+        idx = rng.integers(0, problem.m, (1 if same_batch else P, batch))
+        idx = np.broadcast_to(idx, (P, batch))
+        Xb, yb = problem.X[idx], problem.y[idx]                       # (P, b, d), (P, b)
+        r = np.einsum("pbd,pd->pb", Xb, np.stack(W)) - yb
+        g = (np.einsum("pbd,pb->pd", Xb, r) / batch).astype(np.float32)
+        G = g.mean(0, dtype=np.float64).astype(np.float32)          # the allreduce's average
+        if preds is None:
+            for i in range(P):
+                opts[i].apply(0, W[i], G)
+        else:
+            in_flight.append(G)
+            arrived = in_flight.popleft() if len(in_flight) > staleness else None
+            for i, p in enumerate(preds):
+                if p.uses_local_gradient:
+                    p.observe_local(g[i])
+                di = p.fill() if arrived is None else p.predict(arrived, W[i], None)
+                if di is None:                    # pipeline fill of a replicated rule: no update
+                    continue
+                if hasattr(p, "apply_step"):
+                    p.apply_step(opts[i], W[i], di)
+                else:
+                    opts[i].apply(0, W[i], di)
+        Ws = np.stack(W).astype(np.float64)
+        consensus.append(float(np.mean(np.sum((Ws - Ws.mean(0)) ** 2, 1))))
+        if not np.isfinite(Ws).all() or np.abs(Ws).max() > diverge_at:
+            return {"diverged": True, "steps": t + 1, "consensus": consensus, "loss": None}
+    return {"diverged": False, "steps": steps, "consensus": consensus,
+            "loss": problem.loss(np.mean(np.stack(W), 0))}
+
+
+def largest_stable_lr(problem: LeastSquares, P: int, predictor: str | None = None, batch: int = 16,
+                      steps: int = 400, seeds=(0, 1), lo: float = 0.005, hi: float = 3.0, iters: int = 12,
+                      **options) -> float:
+    """The largest learning rate at which :func:`simulate_ranks` does not diverge
+    with any of ``seeds`` (geometric bisection between ``lo`` and ``hi``, ``iters``
+    halvings of the bracket; assumes stable below, unstable above)."""
+    with np.errstate(all="ignore"):   # the unstable runs overflow, by design
+        for _ in range(iters):
+            m = float(np.sqrt(lo * hi))
+            if any(simulate_ranks(problem, P, predictor, lr=m, batch=batch, steps=steps, seed=s, **options)["diverged"]
+                   for s in seeds):
+                hi = m
+            else:
+                lo = m
+    return lo
+
+
+def sync_transition(x: float, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
+    """Synchronous SGD on ``f = h w^2 / 2`` with lr = 1, h = x: the state (w, v) ->
+    the next (minips.optim.SGD: v' = mu v + d; w' = w - (d + mu v') with Nesterov,
+    w - v' without), d = x w."""
+    d = np.array([x, 0.0])
+    v_new = np.array([0.0, mu]) + d
+    w_new = np.array([1.0, 0.0]) - (d + mu * v_new if nesterov else v_new)
+    return np.array([w_new, v_new])
+
+
+def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
+    """A rank's difference from the ranks' mean under ``local`` on ``f = h w^2 / 2``
+    (lr = 1, h = x), without the noise that drives it: the direction is
+    ``x (e_t - e_{t-k})``. The state is (s_{t-1}, ..., s_{t-k}, v_t) with s the
+    steps e_{j+1} - e_j (the difference itself is their sum, so a constant offset,
+    which the rule neither restores nor grows, is left out)."""
+    n = k + 1
+    d = np.zeros(n)
+    d[:k] = x                                    # e_t - e_{t-k} = s_{t-1} + ... + s_{t-k}
+    v_new = mu * np.eye(n)[k] + d
+    step = -(d + mu * v_new) if nesterov else -v_new
+    A = np.zeros((n, n))
+    A[0] = step
+    for i in range(1, k):
+        A[i] = np.eye(n)[i - 1]
+    A[k] = v_new
+    return A
+
+
+def _threshold(matrix, hi: float = 8.0) -> float:
+    """Bisection to 1e-7 on the spectral radius < 1 (stable on (0, threshold))."""
+    lo = 1e-4
+    while hi - lo > 1e-7:
+        m = (lo + hi) / 2
+        lo, hi = (m, hi) if max(abs(np.linalg.eigvals(matrix(m)))) < 1 else (lo, m)
+    return lo
+
+
+def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> dict:
+    """The largest stable ``h * lr`` on ``f = h w^2 / 2``: ``synchronous`` (also
+    the ranks' mean under ``local``) and ``local_deviation`` (a rank's difference
+    from the mean under ``local`` with staleness k), from the transition matrices."""
+    return {"synchronous": _threshold(lambda x: sync_transition(x, mu, nesterov)),
+            "local_deviation": _threshold(lambda x: deviation_transition(x, k, mu, nesterov))}
+
+
+def ranks_table(Ps=(1, 4, 16, 64), batches=(16, 256), steps: int = 400, seeds=(0, 1), local: str = "local") -> str:
+    """docs/accuracy.md's table: the largest stable learning rate of synchronous
+    SGD and of ``local`` (k = 1) on P ranks with a per-rank batch, on the default
+    :class:`LeastSquares` (rotated, cond 1000), next to the noise-free prediction
+    (``largest_stable_steps`` over the Hessian's largest eigenvalue)."""
+    problem = LeastSquares()
+    H = problem.X.T.astype(np.float64) @ problem.X.astype(np.float64) / problem.m
+    lam = float(np.linalg.eigvalsh(H)[-1])
+    th = largest_stable_steps(1)
+    lines = [f"Hessian's largest eigenvalue {lam:.4f}: noise-free prediction synchronous "
+             f"{th['synchronous'] / lam:.4f}, "
+             f"{local}'s ranks' differences {th['local_deviation'] / lam:.4f} "
+             f"(= {th['synchronous']:.4f} and {th['local_deviation']:.4f} over it); {steps} steps, seeds {list(seeds)}",
+             "", f"| per-rank batch | P | synchronous | {local} (k = 1) | {local} / synchronous |",
+             "|---:|---:|---:|---:|---:|"]
+    for b in batches:
+        for P in Ps:
+            s = largest_stable_lr(problem, P, None, b, steps, seeds)
+            loc = largest_stable_lr(problem, P, local, b, steps, seeds) if P > 1 else None
+            lines.append(f"| {b} | {P} | {s:.4f} | " + ("- | - |" if loc is None else f"{loc:.4f} | {loc / s:.3f} |"))
+    return "\n".join(lines)
+
+
 class _Flat:
     """A bare parameter for the optimizer: the weight vector itself."""
 
@@ -168,4 +342,5 @@ def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
 
 
 if __name__ == "__main__":
-    print(comparison_table())
+    import sys
+    print(ranks_table() if sys.argv[1:] == ["ranks"] else comparison_table())

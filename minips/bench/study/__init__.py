@@ -18,6 +18,7 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     within_points = 0.5         # optional: the target "within 0.5 points of the baseline" (met / missed / unresolved)
     contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
+    chance = 0.1                # optional: an accuracy's chance level (default 0.1 for accuracies, none for BLEU)
 
     [train]                     # passed as explicit flags to every run
     model = "convnet"
@@ -55,7 +56,11 @@ predictor options), any other ``@NAME`` is just the run's label.
 Every run writes ``OUT/runs/P{P}/{lr}/{label}/seed{s}/`` (the train outputs);
 a run whose ``summary.json`` exists is skipped, so an interrupted study
 continues where it stopped. A run that stops with a non-finite loss is
-recorded as *diverged* (it is a result, not an error). While a file
+recorded as *diverged* (it is a result, not an error). A run that finishes
+with its ``metric`` below ``chance + 0.01`` (0.11 for 10 classes) *collapsed*
+(:func:`mark_collapsed`): a failure like a divergence, counted (``chance k/n``,
+``[k at chance]``) and left out of every mean, interval and paired comparison.
+While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
 measurements on a quiet machine). At the end (and with ``--report-only``)
 it writes, named after the grid file ``G.toml``: ``OUT/G.json`` (every run),
@@ -104,13 +109,13 @@ The package, one job per module: :mod:`.grid` (the grid file), :mod:`.runner` (o
 """
 from __future__ import annotations
 
-from .aggregate import aggregate, contrasts, family_cells, paired_comparisons
+from .aggregate import aggregate, contrasts, family_cells, mark_collapsed, paired_comparisons
 from .cli import add_arguments, run
 from .figures import plot_families, plot_study
 from .grid import Grid, RunSpec, StudyError, expand, load_grid
 from .report import families_report, markdown_report, paired_report
 from .runner import train_command
 
-__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "paired_comparisons",
-           "contrasts", "markdown_report", "paired_report", "family_cells", "families_report", "plot_families",
-           "plot_study", "run", "add_arguments"]
+__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "mark_collapsed",
+           "paired_comparisons", "contrasts", "markdown_report", "paired_report", "family_cells", "families_report",
+           "plot_families", "plot_study", "run", "add_arguments"]

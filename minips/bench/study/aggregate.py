@@ -46,6 +46,7 @@ def aggregate(records: list[dict], chance: float | None = None) -> dict:
         out[key] = {"n": len(rs), "n_ok": len(vals), "diverged": sum(r.get("status") == "diverged" for r in rs),
                     "collapsed": sum(r.get("status") == "collapsed" for r in rs),
                     "failed": sum(r.get("status") in ("failed", "timeout") for r in rs),
+                    "at_chance": sum(r.get("status") == "collapsed" for r in rs),
                     "mean": statistics.fmean(vals) if vals else None,
                     "std": statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None),
                     "ci": t_interval(vals).half_width if len(vals) > 1 else None,
@@ -125,7 +126,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     """One dict per (lr setting, algorithm entry, P) that has runs, over the
     seeds that finished: the test metric's ``mean``/``std``/``min``/``max``
     (of the model averaged over ranks when they differ), ``n``, ``n_ok``,
-    ``diverged``, ``family``, ``ci`` (half-width of the 95 % t interval);
+    ``diverged``, ``at_chance`` (collapsed runs, left out like the diverged),
+    ``family``, ``ci`` (half-width of the 95 % t interval);
     ``bytes_sent_per_step`` (bytes per rank per
     step, mean over seeds) and ``bytes_ratio`` (over the baseline entry's at
     the same lr and P; None without one); ``reached`` (seeds whose test metric

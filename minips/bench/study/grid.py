@@ -68,6 +68,11 @@ class Grid:
     within_points: float | None = None
     contrasts: list = field(default_factory=list)
 
+    def __post_init__(self):
+        # an accuracy over 10 classes has chance level 0.1: a run below 0.11 collapsed (minips.stats.collapsed)
+        if self.chance is None and "accuracy" in self.metric and "token" not in self.metric:
+            self.chance = 0.1
+
 
 @dataclass
 class RunSpec:
@@ -133,8 +138,6 @@ def load_grid(path) -> Grid:
     if g.metric.startswith("val_") and not g.train.get("val-fraction", g.train.get("val_fraction")):
         raise StudyError(f"{p}: metric {g.metric!r} is measured on a validation split: add val-fraction "
                          "(e.g. 0.1) to [train]")
-    if g.chance is None and "accuracy" in g.metric and "token" not in g.metric:
-        g.chance = 0.1
     if not g.ranks or min(g.ranks) < 1:
         raise StudyError(f"{p}: ranks must be a non-empty list of integers >= 1, got {raw['ranks']}")
     if not g.lr:

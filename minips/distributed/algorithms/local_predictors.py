@@ -26,7 +26,17 @@ them. Why it works:
   rule *is* synchronous SGD (``g^i = G``), so it keeps sync's largest stable
   step (1.357 for Nesterov 0.9) where the naive stale update has 0.253 (k = 1)
   and 0.081 (k = 2): the delayed gradient destabilises momentum, the fresh
-  local gradient does not.
+  local gradient does not. That holds for the ranks' *mean*. With per-rank
+  gradient noise the ranks differ, and a rank's difference from the mean,
+  ``e^i``, follows a rule of its own, direction ``h (e^i_t - e^i_{t-k})`` plus
+  noise: its largest stable step is ``(1 + mu) / (1 + 2 mu)`` = 0.679 for
+  k = 1 (half of sync's; 0.593 for k = 2). On P ranks with per-rank batches
+  of 16 the staleness lab measures less still, about 0.37 of sync's largest
+  stable learning rate from P = 16 on, where sync's own rises with P (its noise
+  is the average's), while ``local``'s stays that of one rank's batch
+  (:func:`minips.labs.staleness.ranks_table`). This is how ``local`` diverges
+  at 32 ranks where sync trains: one rank's own loop runs away first, and the
+  average carries it to the others a step later (docs/accuracy.md, section 10).
 - **Fill rule.** In steps t < k nothing has arrived; apply the fresh local
   gradient ``d^i_t = g^i_t``, so that every local gradient later subtracted
   was first added. Without it the first steps' local noise stays as a
