@@ -5,9 +5,9 @@ were lost is built from the study's own per-run records and says so (**raw runs 
 - stage 1, mini set, P = 8, k = 1, seeds 0-4: sync, ``local``, ``local-rewind`` and
   ``layerwise-local``, one commit (4eaed74): docs/bench/accuracy/gaps/mini/runs/ (made again
   by issue 41; every run must be there, or the script stops and names the first missing one);
-  ``local`` and ``local`` with ``sync_warmup=20``, one commit (a152dc0): raw runs lost, from
-  gaps/warmup/study-gaps-warmup.json, with sync from gaps/mini/runs/. Every run committed under
-  gaps/mini/runs/ and gaps/warmup/runs/ must give the value its study recorded
+  ``local`` and ``local`` with ``sync_warmup=20``, one commit (a152dc0):
+  gaps/warmup/runs/ (made again by issue 41), with sync from gaps/mini/runs/. Every run
+  committed under gaps/mini/runs/ and gaps/warmup/runs/ must give the value its study recorded
   (study-gaps.json, study-gaps-warmup.json), or the script stops;
 - stage 2, full Fashion-MNIST, P = 8, k = 1, seeds 0-2: sync and ``local`` from issue 12's run
   folders docs/bench/accuracy/full/P8/ (commit 24626ca; ``local`` there is bitwise the run
@@ -153,9 +153,11 @@ def build() -> tuple[str, str]:
     mini_v, mini_t = from_folders(study_folders(GAPS / "mini" / "runs", 8, ["sync", LOCAL, REWIND, LAYER], range(5)),
                                   "val_accuracy", "test_accuracy")
     rec_v, rec_t = from_study_json(GAPS / "mini" / "study-gaps.json", ["sync", LOCAL, REWIND, LAYER], range(5))
-    warm_v, warm_t = from_study_json(GAPS / "warmup" / "study-gaps-warmup.json", [LOCAL, WARM], range(5))
+    warm_v, warm_t = from_folders(study_folders(GAPS / "warmup" / "runs", 8, [LOCAL, WARM], range(5)),
+                                  "val_accuracy", "test_accuracy")
+    wrec_v, wrec_t = from_study_json(GAPS / "warmup" / "study-gaps-warmup.json", [LOCAL, WARM], range(5))
     check_reruns(GAPS / "mini" / "runs", rec_v, rec_t)  # the runs made again equal issue 31's record of them
-    n_warm = check_reruns(GAPS / "warmup" / "runs", warm_v, warm_t)
+    check_reruns(GAPS / "warmup" / "runs", wrec_v, wrec_t)
     full_folders = {**{("sync", s): ACC / "full" / "P8" / "sync" / f"seed{s}" for s in seeds3},
                     **{(LOCAL, s): ACC / "full" / "P8" / safe(LOCAL) / f"seed{s}" for s in seeds3}}
     full_v, full_t = from_folders(full_folders, "val_accuracy", "test_accuracy")
@@ -173,11 +175,9 @@ def build() -> tuple[str, str]:
              "record bit for bit (`gaps/mini/rerun-check.txt`; this script checks the values).",
              mini_v, mini_t, [REWIND, LAYER], 100.0, 4, True),
             ("Stage 1: mini set, P = 8, k = 1 (sync_warmup = 20)",
-             "**Raw runs lost** for `local` and `sync_warmup`: the values are the study's own per-run records "
-             "(`gaps/warmup/study-gaps-warmup.json`, commit a152dc0; log `gaps/warmup/study.log`)"
-             + (f"; {n_warm} of its 10 runs were made again and are committed (`gaps/warmup/runs/`), each equal to "
-                "its record" if n_warm else "; they were not rerun")
-             + ". Sync: raw runs `gaps/mini/runs/` (commit 4eaed74).",
+             "Raw runs: `gaps/warmup/runs/` (commit a152dc0); sync from `gaps/mini/runs/` (commit 4eaed74). Issue "
+             "31 kept only the study's per-run records (`gaps/warmup/study-gaps-warmup.json`); issue 41 made its 10 "
+             "runs again on that commit, each equal to its record bit for bit (`gaps/warmup/rerun-check.txt`).",
              {"sync": mini_v["sync"], **warm_v}, {"sync": mini_t["sync"], **warm_t}, [WARM], 100.0, 4, True),
             ("Stage 2: full Fashion-MNIST, P = 8, k = 1",
              "Raw runs: sync and local from `full/P8/` (commit 24626ca). **Raw runs lost** for local-rewind "
