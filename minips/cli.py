@@ -102,8 +102,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _bool_flag(p, "trace", "write the per-step trace.csv (default on)")
     p.add_argument("--reference-kernels", action="store_true", default=None,
                    help="run the readable NumPy twins (kernels/reference.py) instead of the Numba kernels, for "
-                        "the layers, the loss and the gradient predictors: an edit there then changes the run "
-                        "(slower; same as MINIPS_REFERENCE_KERNELS=1)")
+                        "the layers and the loss: an edit there then changes the run (slower; same as "
+                        "MINIPS_REFERENCE_KERNELS=1). The gradient predictors have one path, in their own files, "
+                        "with or without this flag")
 
 
 def config_from_args(args):
@@ -151,7 +152,8 @@ def add_compare_arguments(p):
     p.add_argument("--seeds", metavar="S,S,...",
                    help="run every algorithm once per seed (e.g. 0,1,2,3,4) and add the statistics over seeds to "
                         f"compare.md: mean and 95 %% CI per algorithm, each against {BASELINE} paired by seed "
-                        "(better / worse / tie); overrides --seed")
+                        "(better / worse / no difference shown), decided on the validation split with "
+                        "--val-fraction, else on the test split (compare.md then says so); overrides --seed")
     p.add_argument("--within", type=finite_float, metavar="POINTS",
                    help=f"with --seeds: the target 'within POINTS of {BASELINE}' (accuracy points: 0.5 = 0.005; "
                         "BLEU points), reported as met / missed / unresolved")

@@ -10,7 +10,7 @@ With ``--seeds 0,1,2`` every algorithm runs once per seed (seeds outermost),
 into ``OUT/<label>-seed<s>/``, and compare.md adds the statistics over seeds:
 per algorithm the mean and 95 % t interval of the test metric (and of the
 validation metric with ``--val-fraction``, which then decides), and each
-algorithm against the baseline paired by seed (better / worse / tie; with
+algorithm against the baseline paired by seed (better / worse / no difference shown; with
 ``--within POINTS`` the target met / missed / unresolved), as ``bench study``
 reports them (:mod:`minips.stats`).
 
@@ -22,10 +22,15 @@ traffic ``OUT/accuracy-bytes.png`` and ``OUT/accuracy-traffic.png`` (:func:`mini
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from .report import time_to_target
 from .rundir import COMPARE_JSON, COMPARE_MD, atomic_write_all, json_text, run_folder
+from .stats import COLLAPSE_MARGIN, Failure
+
+#: chance level of an accuracy in compare --seeds: ten classes, as in every classification set minips ships
+CHANCE_ACCURACY = 0.1
 
 __all__ = ["parse_algos", "check_algos", "run_folder", "run_compare", "markdown_table", "seeds_report",
            "time_to_target", "traffic_ratio", "baseline_run"]
@@ -233,6 +238,9 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
                 Trainer(_run_config(base_cfg, entry, out), comm).preflight()
             except ValueError as e:
                 raise ConfigError(f"--algos entry {entry['label']!r}: {_without_spec(e, entry['algo'])}") from None
+        if comm.rank == 0 and many and not base_cfg.val_fraction:
+            print("compare --seeds: no --val-fraction, so the statistics over seeds decide on the test split "
+                  "(compare.md says so); add --val-fraction 0.1 to decide on a validation split", file=sys.stderr)
         return _locked_run_all(base_cfg, comm, runs, out, target, seeds if many else None, within)
 
 
@@ -349,46 +357,65 @@ def seeds_report(summaries: list[dict], within: float | None = None) -> str:
     runs held out a validation split: it decides, the test metric is
     reported), and each algorithm against the registry's baseline paired by
     seed (:func:`minips.stats.compare_with_baseline`); ``within``: a target
-    gap in points (met / missed / unresolved)."""
+    gap in points (met / missed / unresolved). Without a validation split the
+    report says that the test split decided. A run that ended at chance (an
+    accuracy below 0.11: ten classes, as in every classification set minips
+    ships) is a collapse: like a diverged run it is counted and left out of
+    the means and pairs."""
     from .distributed.algorithms import BASELINE, resolve
-    from .stats import compare_with_baseline, fmt_diff, fmt_target, points_per_unit, t_interval
+    from .stats import NO_DIFFERENCE, compare_with_baseline, fmt_diff, fmt_over_seeds, fmt_target, \
+        points_per_unit
 
     test = "bleu" if any(s.get("bleu") is not None for s in summaries) else "test_accuracy"
     val = "val_" + ("bleu" if test == "bleu" else "accuracy")
     metrics = ([val] if any(s.get(val) is not None for s in summaries) else []) + [test]
+    chance = {m: (CHANCE_ACCURACY if "accuracy" in m else None) for m in metrics}
+    decide = metrics[0]
     labels = list(dict.fromkeys(s["label"] for s in summaries))
-    by = {(lab, m): {s["seed"]: s.get(m) for s in summaries if s["label"] == lab and s.get(m) is not None}
+    # the deciding metric says whether a run collapsed; its other metric is then left out with it
+    out_runs = {(s["label"], s["seed"]) for s in summaries
+                if chance[decide] is not None and s.get(decide) is not None
+                and s[decide] < chance[decide] + COLLAPSE_MARGIN}
+    by = {(lab, m): {s["seed"]: (Failure("collapsed") if (lab, s["seed"]) in out_runs else s.get(m))
+                     for s in summaries if s["label"] == lab and s.get(m) is not None}
           for lab in labels for m in metrics}
     base = next((lab for lab in labels if resolve(next(s["algo"] for s in summaries if s["label"] == lab)).name
                  == BASELINE), None)
     digits = 2 if test == "bleu" else 4
-    lines = ["## over seeds: mean ± 95 % t interval (n - 1 degrees of freedom)", "",
-             "| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    lines = ["## over seeds: mean ± 95 % t interval (n - 1 degrees of freedom)", ""]
+    if decide == test:
+        lines += [f"**Decided on the test split**: these runs held out no validation split, so {test} is both what "
+                  "the comparison below judges and what it reports; a default chosen from it would be chosen on the "
+                  "test set. Add `--val-fraction 0.1` to decide on a validation split and report the test split "
+                  "beside it.", ""]
+    lines += ["| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     for lab in labels:
-        cells = []
-        for m in metrics:
-            vals = list(by[(lab, m)].values())
-            cells.append(t_interval(vals).fmt(digits) if vals else "-")
+        cells = [fmt_over_seeds(by[(lab, m)], chance[m], digits) for m in metrics]
         lines.append(f"| {lab} | {len(by[(lab, metrics[-1])])} | " + " | ".join(cells) + " |")
     if base is None:
         lines += ["", f"(No {BASELINE} run among the algorithms: no paired comparison.)"]
         return "\n".join(lines) + "\n"
-    decide = metrics[0]
     gap = None if within is None else within / points_per_unit(decide)
     head = ["algorithm"] + [f"{m} minus {base}'s (points)" for m in metrics] + (
         [f"within {within:g} of {base} ({decide})"] if within is not None else [])
     lines += ["", f"## against {base}, paired by seed (95 % t interval of the per-seed difference)", "",
-              "**better** / **worse**: the interval lies above / below 0; **tie**: it holds 0."
-              + (f" {decide} decides; {test} is reported." if decide != test else "")
+              f"**better** / **worse**: the interval lies above / below 0; **{NO_DIFFERENCE}**: it holds 0 (these "
+              "seeds cannot tell the two apart; that is not parity). A diverged or collapsed run is left out and "
+              "counted."
+              + (f" {decide} decides; {test} is reported." if decide != test else
+                 f" {test} decides: no validation split.")
               + (f" Target met when the interval's lower end is above -{within:g}, missed when its upper end is "
-                 f"below -{within:g}, else unresolved." if within is not None else ""), "",
+                 f"below -{within:g}, else unresolved; an interval wider than the target cannot show parity, and "
+                 "the seeds that would resolve it assume the mean and spread stay as observed."
+                 if within is not None else ""), "",
               "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for lab in labels:
         if lab == base:
             continue
-        cmp = {m: compare_with_baseline(by[(lab, m)], by[(base, m)], gap if m == decide else None) for m in metrics}
-        row = [lab] + [fmt_diff(cmp[m], points_per_unit(m)) for m in metrics]
+        cmp = {m: compare_with_baseline(by[(lab, m)], by[(base, m)], gap if m == decide else None)
+               for m in metrics}
+        row = [lab] + [fmt_diff(cmp[m], points_per_unit(m), by[(lab, m)]) for m in metrics]
         if within is not None:
-            row.append(fmt_target(cmp[decide]))
+            row.append(fmt_target(cmp[decide], points_per_unit(decide)))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

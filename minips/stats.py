@@ -1,4 +1,4 @@
-"""Confidence intervals over seeds, paired by seed: what tells a tie from a win.
+"""Confidence intervals over seeds, paired by seed: what tells a difference from the noise of seeds.
 
 A study runs every algorithm with the same seeds; seed s fixes the initial
 weights, the partition and the data order, so run (A, s) and run (B, s) differ
@@ -9,13 +9,18 @@ spread they share (the *paired* design), which is usually most of it.
   sample (``n - 1`` degrees of freedom): ``mean +- t_{n-1} * sd / sqrt(n)``.
 - :func:`paired`: the per-seed differences ``A_s - B_s`` over the seeds both
   finished, their t interval, and a verdict: **better** (the interval lies
-  above 0), **worse** (below 0), **tie** (it holds 0).
-- :func:`collapsed`: a run that finished with its accuracy at chance level
-  (the network predicts one class) **collapsed**. A collapse is a failure
-  like a divergence: :func:`paired` and :func:`compare_with_baseline` given
-  ``chance`` leave such a seed out of the interval (and say which), so that a
-  rule that collapsed on 2 of 3 seeds is reported as failing on 2, never as
-  a mean of 0.33 and an interval 200 points wide.
+  above 0), **worse** (below 0), **no difference shown** (it holds 0). The last
+  is not parity: these seeds cannot tell the two apart, and an interval wider
+  than a target cannot show parity (the difference inside the target on both
+  sides).
+- A run that failed has no value and is left out of every mean and pair, and
+  counted: **diverged** (a non-finite loss stopped it; ``None`` or
+  :class:`Failure`) or **collapsed** (it finished at chance level: with
+  ``chance`` given, an accuracy below ``chance + COLLAPSE_MARGIN``, 0.11 for ten
+  classes). A collapse is a failure, not an accuracy: averaging a 0.10 into a
+  mean or a paired difference makes an interval 100 points wide that "holds 0".
+  :func:`over_seeds` and :func:`fmt_over_seeds` give a mean over the runs that
+  finished and say next to it which were left out.
 - :func:`target_verdict`: a target "within X of B" is **met** when the
   interval's lower end is above ``-X``, **missed** when its upper end is below
   ``-X``, else **unresolved**; :func:`seeds_to_resolve` says how many seeds
@@ -30,24 +35,46 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Interval", "Paired", "t_interval", "paired", "target_verdict", "seeds_to_resolve", "t_quantile",
-           "CONFIDENCE", "COLLAPSE_MARGIN", "collapsed"]
+__all__ = ["Interval", "Paired", "Failure", "t_interval", "paired", "target_verdict", "seeds_to_resolve",
+           "t_quantile", "CONFIDENCE", "COLLAPSE_MARGIN", "NO_DIFFERENCE", "collapsed", "outcome", "failures",
+           "over_seeds", "fmt_over_seeds", "compare_with_baseline", "fmt_diff", "fmt_target", "fmt_left_out"]
 
 #: the confidence level of every interval minips reports
 CONFIDENCE = 0.95
 
-#: a finished run whose accuracy is below ``chance + COLLAPSE_MARGIN`` collapsed (10 classes: below 0.11)
+#: a run whose accuracy ends below chance + this margin collapsed (0.11 for ten classes)
 COLLAPSE_MARGIN = 0.01
 
+#: the verdict when the interval of a difference holds 0 (it shows no difference; it does not show parity)
+NO_DIFFERENCE = "no difference shown"
 
-def collapsed(value: float | None, chance: float | None) -> bool:
-    """Whether a finished run's accuracy ``value`` (a fraction) is at chance
-    level: below ``chance + COLLAPSE_MARGIN`` (0.11 for 10 classes, chance
-    0.1). False when either is None (a diverged run has no value; a metric
-    without a chance level, such as BLEU, never collapses)."""
-    return value is not None and chance is not None and value < chance + COLLAPSE_MARGIN
+
+@dataclass(frozen=True)
+class Failure:
+    """A run that has no value to average or pair: ``why`` is ``"diverged"``
+    (a non-finite loss stopped it), ``"collapsed"`` (it ended at chance level)
+    or ``"failed"`` (it crashed or timed out)."""
+    why: str
+
+
+def collapsed(value, chance: float | None) -> bool:
+    """True when ``value`` (an accuracy, fraction in [0, 1]) ended at chance
+    level: below ``chance + COLLAPSE_MARGIN`` (``chance`` 0.1 for ten classes,
+    so below 0.11). Always False without ``chance`` (a metric with no chance
+    level, such as BLEU) or without a value."""
+    return chance is not None and isinstance(value, (int, float)) and value < chance + COLLAPSE_MARGIN
+
+
+def outcome(value, chance: float | None = None) -> str:
+    """``"ok"``, ``"diverged"`` (None, or ``Failure("diverged")``), ``"collapsed"``
+    (see :func:`collapsed`, or ``Failure("collapsed")``) or ``"failed"``."""
+    if value is None:
+        return "diverged"
+    if isinstance(value, Failure):
+        return value.why
+    return "collapsed" if collapsed(value, chance) else "ok"
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
@@ -113,32 +140,67 @@ def t_interval(values, confidence: float = CONFIDENCE) -> Interval:
 @dataclass(frozen=True)
 class Paired:
     """A against B, paired by seed: ``seeds`` both finished, ``diff`` the t
-    interval of ``A_s - B_s``, ``verdict`` ``better`` / ``worse`` / ``tie`` (or
-    ``1 seed`` when there is no interval); ``collapsed``: the seeds left out
-    because A's or B's run ended at chance."""
+    interval of ``A_s - B_s``, ``verdict`` ``better`` / ``worse`` /
+    :data:`NO_DIFFERENCE` (or ``1 seed`` when there is no interval);
+    ``left_out``: the seeds whose run failed, ``{"A": {"diverged": (seeds),
+    "collapsed": (seeds), ...}, "B": {...}}`` (empty dicts when none did)."""
     seeds: tuple
     diff: Interval
     verdict: str
-    collapsed: tuple = ()
+    left_out: dict = field(default_factory=lambda: {"A": {}, "B": {}})
+
+
+def failures(values: dict, chance: float | None = None) -> dict:
+    """``{why: (seeds)}`` of the runs in ``{seed: value}`` that have no value to
+    use (see :func:`outcome`); empty when every run finished above chance."""
+    out: dict = {}
+    for s in sorted(values):
+        why = outcome(values[s], chance)
+        if why != "ok":
+            out.setdefault(why, []).append(s)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def over_seeds(values: dict, chance: float | None = None) -> tuple[Interval | None, dict]:
+    """The t interval over the runs of ``{seed: value}`` that finished above
+    chance (None when none did) and :func:`failures` (the runs left out)."""
+    ok = [v for v in values.values() if outcome(v, chance) == "ok"]
+    return (t_interval(ok) if ok else None), failures(values, chance)
+
+
+def fmt_over_seeds(values: dict, chance: float | None = None, digits: int = 4, scale: float = 1.0) -> str:
+    """``0.8835 ± 0.0184``; when runs failed, what the mean is over, next to it:
+    ``0.8835 ± 0.0184 (3 of 5 seeds; 2 diverged, not in the mean)``; ``no value: 3
+    of 3 diverged`` when every run failed; ``-`` for no runs."""
+    iv, left = over_seeds(values, chance)
+    if not values:
+        return "-"
+    why = ", ".join(f"{len(seeds)} {w}" for w, seeds in sorted(left.items()))
+    if iv is None:
+        return "no value: " + ", ".join(f"{len(seeds)} of {len(values)} {w}" for w, seeds in sorted(left.items()))
+    if not left:
+        return iv.fmt(digits, scale)
+    mean = iv.fmt(digits, scale).removesuffix(" (1 seed)")
+    return f"{mean} ({iv.n} of {len(values)} seeds; {why}, not in the mean)"
 
 
 def paired(a: dict, b: dict, confidence: float = CONFIDENCE, chance: float | None = None) -> Paired | None:
     """Compare A with B seed by seed.
 
     Args:
-        a, b: ``{seed: value}`` (a seed missing or None in either is left out:
-            a diverged run has no value to pair).
-        chance: the metric's chance level (0.1 for accuracy on 10 classes), or
-            None: a seed whose A or B value is at chance (:func:`collapsed`) is
-            left out like a diverged one and listed in ``Paired.collapsed``.
+        a, b: ``{seed: value}``; a value that is None or a :class:`Failure`
+            is a run that failed (None: it diverged) and is left out, as is a
+            seed missing from either side.
+        chance: the metric's chance level (0.1 for ten classes), or None; with
+            it, a value below ``chance + COLLAPSE_MARGIN`` is a collapse, left
+            out and counted like a divergence.
 
     Returns:
         :class:`Paired`, or None when no seed has both values (after leaving
         out the collapsed ones).
     """
-    both = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
-    gone = tuple(s for s in both if collapsed(a[s], chance) or collapsed(b[s], chance))
-    seeds = tuple(s for s in both if s not in gone)
+    seeds = tuple(sorted(s for s in a if s in b and outcome(a[s], chance) == "ok"
+                         and outcome(b[s], chance) == "ok"))
     if not seeds:
         return None
     d = t_interval([a[s] - b[s] for s in seeds], confidence)
@@ -149,8 +211,8 @@ def paired(a: dict, b: dict, confidence: float = CONFIDENCE, chance: float | Non
     elif d.hi < 0:
         verdict = "worse"
     else:
-        verdict = "tie"
-    return Paired(seeds, d, verdict, gone)
+        verdict = NO_DIFFERENCE
+    return Paired(seeds, d, verdict, {"A": failures(a, chance), "B": failures(b, chance)})
 
 
 def target_verdict(diff: Interval, gap: float) -> str:
@@ -173,8 +235,9 @@ def target_verdict(diff: Interval, gap: float) -> str:
 
 
 def seeds_to_resolve(diff: Interval, gap: float, confidence: float = CONFIDENCE, limit: int = 1000) -> int | None:
-    """How many seeds would make :func:`target_verdict` met or missed if the
-    mean difference and its spread stayed as observed: the least n >= 2 with
+    """How many seeds would make :func:`target_verdict` met or missed **if the
+    mean difference and its spread stayed as observed** (they will not exactly:
+    the number is a guide, not a promise): the least n >= 2 with
     ``t_{n-1} * sd / sqrt(n) < |mean + gap|``. None when the observed mean sits
     on ``-gap`` (no number of seeds resolves it), the spread is unknown (one
     seed), or more than ``limit`` seeds would be needed."""
@@ -200,44 +263,82 @@ def points_per_unit(metric: str) -> float:
 def compare_with_baseline(a: dict, b: dict, within: float | None = None, chance: float | None = None) -> dict | None:
     """A against the baseline B, paired by seed, as a plain dict (for JSON and
     reports): ``seeds``, ``mean``, ``lo``, ``hi``, ``sd`` of ``A - B`` (the
-    metric's units), ``verdict``; with ``within`` (a gap in the metric's units,
-    > 0): ``target`` (met / missed / unresolved) and ``seeds_to_resolve``;
-    with ``chance``: seeds where either run collapsed are left out
-    (:func:`paired`) and listed in ``collapsed``.
-    None when no seed has both values."""
+    metric's units), ``verdict``, ``runs`` (``{"A": n, "B": n}``: the runs
+    given), ``left_out`` (``{"A": {why: [seeds]}, "B": {...}}``: the failed
+    runs, see :func:`paired`, whose ``chance`` this takes);
+    with ``within`` (a gap in the metric's units, > 0): ``within``, ``target``
+    (met / missed / unresolved) and ``seeds_to_resolve``. None when no seed
+    has both values (``left_out`` then says why, when runs failed: see
+    :func:`fmt_diff`, which takes None)."""
     pr = paired(a, b, chance=chance)
     if pr is None:
         return None
     out = {"seeds": list(pr.seeds), "mean": pr.diff.mean, "lo": pr.diff.lo, "hi": pr.diff.hi, "sd": pr.diff.sd,
-           "verdict": pr.verdict}
-    if pr.collapsed:
-        out["collapsed"] = list(pr.collapsed)
+           "verdict": pr.verdict,
+           "left_out": {side: {why: list(seeds) for why, seeds in f.items()} for side, f in pr.left_out.items()},
+           "runs": {"A": len(a), "B": len(b)}}
     if within is not None:
+        out["within"] = within
         out["target"] = target_verdict(pr.diff, within)
         out["seeds_to_resolve"] = seeds_to_resolve(pr.diff, within) if out["target"] == "unresolved" else None
     return out
 
 
-def fmt_diff(d: dict | None, scale: float = 100.0) -> str:
-    """``-1.07 [-2.20, +0.06] **tie**`` (a :func:`compare_with_baseline` dict
-    times ``scale``: points), ``+0.40 (1 seed)``, or ``-``; followed by
-    ``(k collapsed left out)`` when seeds were left out at chance."""
+def fmt_left_out(d: dict | None, a: dict | None = None, chance: float | None = None) -> str:
+    """``2 of 3 collapsed`` / ``1 of 5 diverged; baseline 1 of 5 collapsed``: the
+    failed runs left out of a comparison (from a :func:`compare_with_baseline`
+    dict, or, when it is None because nothing was left to pair, from A's values
+    ``a`` themselves); ``""`` when none failed."""
+    if d is not None:
+        left, runs = d["left_out"], d.get("runs", {})
+    elif a:
+        left, runs = {"A": {k: list(v) for k, v in failures(a, chance).items()}, "B": {}}, {"A": len(a)}
+    else:
+        return ""
+    parts = []
+    for side in ("A", "B"):
+        n = runs.get(side)
+        whys = [f"{len(seeds)}{f' of {n}' if n else ''} {why}" for why, seeds in sorted(left.get(side, {}).items())]
+        if whys:
+            parts.append(("" if side == "A" else "baseline ") + ", ".join(whys))
+    return "; ".join(parts)
+
+
+def fmt_diff(d: dict | None, scale: float = 100.0, a: dict | None = None, chance: float | None = None) -> str:
+    """``-1.07 [-2.20, +0.06] **no difference shown**`` (a
+    :func:`compare_with_baseline` dict times ``scale``: points), ``+0.40 (1
+    seed)``, or ``-``; the failed runs left out follow it (``; 2 collapsed, left
+    out``). With ``d`` None and A's values ``a``: ``no value: 3 of 3 diverged``
+    when every run of A failed."""
     if d is None:
-        return "-"
-    gone = f" ({len(d['collapsed'])} collapsed left out)" if d.get("collapsed") else ""
+        why = fmt_left_out(None, a, chance)
+        return f"no value: {why}" if why else "-"
+    left = fmt_left_out(d)
+    tail = f"; left out: {left}" if left else ""
     if d["verdict"] == "1 seed":
-        return f"{scale * d['mean']:+.2f} (1 seed){gone}"
-    return f"{scale * d['mean']:+.2f} [{scale * d['lo']:+.2f}, {scale * d['hi']:+.2f}] **{d['verdict']}**{gone}"
+        return f"{scale * d['mean']:+.2f} (1 seed{tail})"
+    return f"{scale * d['mean']:+.2f} [{scale * d['lo']:+.2f}, {scale * d['hi']:+.2f}] **{d['verdict']}**{tail}"
 
 
-def fmt_target(d: dict | None) -> str:
-    """The target column: ``met``, ``missed``, ``unresolved (14 seeds would resolve it)``, or ``-``."""
+def fmt_target(d: dict | None, scale: float = 100.0) -> str:
+    """The target column: ``met``, ``missed``, ``unresolved``, or ``-``. An
+    unresolved target says when the interval's half-width is at least the
+    target (such an interval cannot show parity, the difference inside
+    ``[-X, +X]``) and how many seeds would resolve it if the mean and the
+    spread stayed as observed."""
     if d is None or d.get("target") is None:
         return "-"
     t = d["target"]
     if t != "unresolved":
         return t
-    n = d.get("seeds_to_resolve")
     if len(d["seeds"]) < 2:
         return "unresolved (one seed: no interval)"
-    return f"unresolved ({n} seeds would resolve it)" if n else "unresolved (no number of seeds at this mean)"
+    notes = []
+    within, half = d.get("within"), (d["hi"] - d["lo"]) / 2
+    if within is not None and half >= within:
+        notes.append(f"interval ±{scale * half:.2f}, wider than the {scale * within:g}-point target: it cannot "
+                     "show parity")
+    n = d.get("seeds_to_resolve")
+    notes.append(f"{n} seeds would resolve it if the mean and spread stayed as observed" if n
+                 else "no number of seeds resolves it at this mean")
+    return f"unresolved ({'; '.join(notes)})"

@@ -1,14 +1,19 @@
 """Issue 32, study 1: pseudo-sync against sync at P = 16-128 virtual ranks (docs/accuracy.md
-section 9, docs/results.md section 12), built from the committed raw runs only.
+section 9, docs/results.md section 12). **Superseded** by the stability map of issue 42
+(docs/bench/scale/map/), which measures the same question on a grid of learning rates; kept as
+the record the earlier docs quoted. **Raw runs lost**: the run folders (made by ``python -m minips
+bench study configs/study-scale.toml``) were not kept; ``docs/bench/scale/study1/runs.json``
+holds each run's validation and test accuracy (null: diverged) and the learning rate per cell,
+extracted from the study's table, and ``study.log`` its log.
 
-Reads every ``summary.json`` under ``docs/bench/scale/study1/runs/P{P}-virtual/{lr}/{label}/seed{s}/``
-(written by ``python -m minips bench study configs/study-scale.toml``) and the committed cost-model
-projection ``docs/bench/scale/projection.json`` (``bench scaling --project``), then writes
+Reads ``docs/bench/scale/study1/runs.json`` and the committed cost-model projection
+``docs/bench/scale/projection.json`` (``bench scaling --project``), then writes
 
 - ``docs/bench/scale/study1/accuracy-vs-P.md`` and ``.json``: per learning-rate policy, P and rule:
   seeds, validation and test accuracy (mean and 95 % t interval over seeds), each rule against sync
-  paired by seed (better / worse / tie; the target "within 0.5 points of sync" on validation), and
-  ``local`` against AESP paired by seed;
+  paired by seed (better / worse / no difference shown; the target "within 0.5 points of sync" on
+  validation), and ``local`` against AESP paired by seed; a run that diverged or ended at chance
+  (validation below 0.11) is left out of every mean and pair and counted beside it;
 - ``docs/figures/scale-accuracy.png``: validation (top) and test (bottom) accuracy against P per
   rule, one column per learning-rate policy, error bars the 95 % t interval (a point without a bar
   is one seed); right: the projected weak-scaling efficiency on 10 GbE and 1 GbE.
@@ -19,11 +24,8 @@ runs ``fixed`` only at P > 16). Statistics: minips.stats. A run that ends at cha
 below 0.11) collapsed: it is counted beside the divergences and left out of every mean and paired
 interval, like a diverged run.
 
-    python scripts/scale_study.py
-
-The run folders were never committed (the ignore rule ``runs/`` matched them); without them the
-script rebuilds the table and the figure from the per-seed accuracies that ``accuracy-vs-P.json``
-keeps (:func:`load_runs_from_table`), the committed record of study 1.
+    python scripts/scale_study.py            # writes the table, its JSON and the figure
+    python scripts/scale_study.py --check    # writes nothing; exit 1 if the table differs from the committed one
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minips.stats import collapsed, compare_with_baseline, fmt_diff, fmt_target, t_interval  # noqa: E402
+from minips.stats import Failure, compare_with_baseline, fmt_diff, fmt_over_seeds, fmt_target, over_seeds  # noqa: E402
 
 SCALE = ROOT / "docs" / "bench" / "scale"
 STUDY = SCALE / "study1"
@@ -52,25 +54,22 @@ WITHIN = 0.005  # the target of issue 25: within 0.5 points of sync on validatio
 CHANCE = 0.1  # 10 classes; a run whose validation accuracy ends below 0.11 collapsed (minips.stats.collapsed)
 
 
-def _safe(label: str) -> str:
-    return label.replace(":", "-").replace("@", "_")
+CHANCE = 0.1  # ten classes: a run whose validation accuracy ends below 0.11 collapsed
 
 
-def load_runs(root: Path = STUDY / "runs") -> dict:
-    """``{(policy, P, rule): {seed: summary or None (diverged)}}`` of every finished run."""
+def load_runs(path: Path = STUDY / "runs.json") -> dict:
+    """``{(policy, P, rule): {seed: {"val_accuracy", "test_accuracy", "effective_lr"} or None
+    (diverged)}}`` from the study's per-run record."""
+    if not path.is_file():
+        raise SystemExit(f"scale_study.py: {path.relative_to(ROOT)} is missing: it holds every run of study 1 "
+                         "(restore it from git; the runs are not rerun, the study is superseded)")
     runs: dict = {}
-    for s in sorted(root.glob("P*-virtual/*/*/seed*/summary.json")):
-        seed_dir = s.parent
-        P = int(seed_dir.parents[2].name[1:].split("-")[0])
-        policy = seed_dir.parents[1].name
-        rule = next((r for r in RULES if _safe(r) == seed_dir.parent.name), None)
-        if rule is None:
-            continue
-        summary = json.loads(s.read_text())
-        summary = None if summary.get("status") == "diverged" else summary
-        if summary is not None:
-            summary["effective_lr"] = effective_lr(seed_dir / "command.txt", P)
-        runs.setdefault((policy, P, rule), {})[int(seed_dir.name[4:])] = summary
+    for c in json.loads(path.read_text())["cells"]:
+        lr = c["lr_after_warmup"][0] if c["lr_after_warmup"] else None
+        runs[(c["policy"], c["P"], c["rule"])] = {
+            int(s): None if v is None else {"val_accuracy": v, "test_accuracy": c["test_accuracy"][s],
+                                            "effective_lr": lr}
+            for s, v in c["val_accuracy"].items()}
     # fixed = scaled at P = 16: the same learning rate, warm-up and everything else
     for (policy, P, rule), seeds in list(runs.items()):
         if policy == "scaled" and P == 16:
@@ -78,62 +77,28 @@ def load_runs(root: Path = STUDY / "runs") -> dict:
     return runs
 
 
-def load_runs_from_table(path: Path = STUDY / "accuracy-vs-P.json") -> dict:
-    """As :func:`load_runs`, from the per-seed accuracies a previous build kept in ``accuracy-vs-P.json``
-    (``runs``: each seed's validation and test accuracy, None for a diverged run; ``lr``: the rate of
-    the runs that finished). Study 1's run folders were never committed (the ignore rule ``runs/``
-    matched ``docs/bench/scale/study1/runs/``), so this committed file is what the table rebuilds from."""
-    runs: dict = {}
-    for row in json.loads(path.read_text()):
-        lrs = row["lr"]
-        if len(lrs) > 1:
-            raise SystemExit(f"{path}: {row['policy']} P = {row['P']} {row['rule']} ran at several rates {lrs}")
-        seeds = {}
-        for s in row["seeds"]:
-            val, test = row["runs"]["val"].get(str(s)), row["runs"]["test"].get(str(s))
-            seeds[int(s)] = None if val is None else {"val_accuracy": val, "test_accuracy": test,
-                                                      "effective_lr": lrs[0]}
-        runs[(row["policy"], row["P"], row["rule"])] = seeds
-    return runs
-
-
-def effective_lr(command: Path, P: int) -> float:
-    """The learning rate a run trained with (after warm-up): ``--lr`` times P under
-    ``--scale-lr`` (summary.json records only the flag's value)."""
-    args = command.read_text().split()
-    lr = float(args[args.index("--lr") + 1])
-    return lr * P if "--scale-lr" in args else lr
-
-
 def at_chance(summary: dict | None) -> bool:
     """A run that finished at chance level (10 classes: validation accuracy below 0.11): collapsed."""
-    return summary is not None and collapsed(summary["val_accuracy"], CHANCE)
-
-
-def _raw_values(seeds: dict, key: str) -> dict:
-    """``{seed: value}`` as the run ended (a collapse's value kept); None for a diverged run."""
-    return {s: (summ[key] if summ else None) for s, summ in seeds.items()}
+    return summary is not None and summary["val_accuracy"] < CHANCE + 0.01
 
 
 def _values(seeds: dict, key: str) -> dict:
-    """``{seed: value}``; None for a run that diverged or collapsed (a failure, never averaged or paired)."""
-    return {s: (summ[key] if summ and not at_chance(summ) else None) for s, summ in seeds.items()}
+    """``{seed: value}`` for the statistics: a diverged run None, a run whose validation accuracy ended at
+    chance a ``Failure("collapsed")`` (its test value goes with it)."""
+    return {s: (None if summ is None else Failure("collapsed") if at_chance(summ) else summ[key])
+            for s, summ in seeds.items()}
+
+
+def _raw(seeds: dict, key: str) -> dict:
+    """``{seed: value}`` as recorded (None: diverged), for the JSON and the figure."""
+    return {s: (None if summ is None else summ[key]) for s, summ in seeds.items()}
 
 
 def _cell(vals: dict) -> dict | None:
-    ok = [v for v in vals.values() if v is not None]
-    if not ok:
+    iv, _ = over_seeds(vals, CHANCE)
+    if iv is None:
         return None
-    iv = t_interval(ok)
     return {"n": iv.n, "mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "has_ci": iv.has_ci}
-
-
-def _fmt(c: dict | None) -> str:
-    if c is None:
-        return "-"
-    if not c["has_ci"]:
-        return f"{c['mean']:.4f} (1 seed)"
-    return f"{c['mean']:.4f} ± {(c['hi'] - c['lo']) / 2:.4f}"
 
 
 def tables(runs: dict) -> tuple[str, list[dict]]:
@@ -152,38 +117,42 @@ def tables(runs: dict) -> tuple[str, list[dict]]:
                 seeds = runs.get((policy, P, rule))
                 if not seeds:
                     continue
-                lrs = sorted({round(s["effective_lr"], 6) for s in seeds.values() if s})
+                lrs = sorted({round(s["effective_lr"], 6) for s in seeds.values() if s and s["effective_lr"]})
                 row = {"policy": policy, "P": P, "rule": rule, "seeds": sorted(seeds),
                        "lr": lrs, "diverged": sum(v is None for v in seeds.values()),
                        "at_chance": sum(at_chance(v) for v in seeds.values()),
                        "val": _cell(_values(seeds, "val_accuracy")), "test": _cell(_values(seeds, "test_accuracy")),
-                       "runs": {k: _raw_values(seeds, f"{k}_accuracy") for k in ("val", "test")}}
+                       "runs": {k: _raw(seeds, f"{k}_accuracy") for k in ("val", "test")}}
+                val, test = _values(seeds, "val_accuracy"), _values(seeds, "test_accuracy")
                 if rule != "sync" and base:
-                    row["val_vs_sync"] = compare_with_baseline(_values(seeds, "val_accuracy"),
-                                                               _values(base, "val_accuracy"), WITHIN)
-                    row["test_vs_sync"] = compare_with_baseline(_values(seeds, "test_accuracy"),
-                                                                _values(base, "test_accuracy"))
+                    row["val_vs_sync"] = compare_with_baseline(val, _values(base, "val_accuracy"), WITHIN, CHANCE)
+                    row["test_vs_sync"] = compare_with_baseline(test, _values(base, "test_accuracy"), chance=CHANCE)
                 aesp = runs.get((policy, P, "pseudo-sync:adaptive:1"))
                 if rule == "pseudo-sync:local:1" and aesp:
-                    row["local_vs_aesp"] = [compare_with_baseline(_values(seeds, k), _values(aesp, k))
+                    row["local_vs_aesp"] = [compare_with_baseline(_values(seeds, k), _values(aesp, k), chance=CHANCE)
                                             for k in ("val_accuracy", "test_accuracy")]
                 rows.append(row)
                 lva = row.get("local_vs_aesp")
+                diff = (lambda d, a: fmt_diff(d, 100.0, a, CHANCE)) if rule != "sync" else (lambda d, a: "")
                 lines.append(
                     f"| {P} | `{rule}` | {len(seeds)} | {', '.join(map(str, lrs)) or '-'} "
                     f"| {row['diverged']} / {row['at_chance']} "
-                    f"| {_fmt(row['val'])} | {fmt_diff(row.get('val_vs_sync')) if rule != 'sync' else ''} "
-                    f"| {_fmt(row['test'])} | {fmt_diff(row.get('test_vs_sync')) if rule != 'sync' else ''} "
+                    f"| {fmt_over_seeds(val, CHANCE)} | {diff(row.get('val_vs_sync'), val)} "
+                    f"| {fmt_over_seeds(test, CHANCE)} | {diff(row.get('test_vs_sync'), test)} "
                     f"| {fmt_target(row.get('val_vs_sync')) if rule != 'sync' else ''} "
                     f"| {'; '.join(fmt_diff(d) for d in lva) if lva else ''} |")
         lines += ["", f"(`{policy}`: lr {'= 0.01 P' if policy == 'scaled' else '0.16 at every P'}, warmed up "
                   "over half an epoch; lr column: the rate after warm-up of the runs that finished; a diverged "
-                  "run has no accuracy; a run at chance (val < 0.11) collapsed: a failure like a divergence, left "
-                  "out of the mean and of the paired intervals)", ""]
-    head = ["Mean ± half-width of the 95 % t interval over seeds (accuracy); differences in points, "
-            "95 % t interval of the per-seed difference (paired by seed); one seed has no interval. "
-            "Target: within 0.5 points of sync on validation. Per-seed accuracies: "
-            "docs/bench/scale/study1/accuracy-vs-P.json (study 1's run folders were not committed).", ""]
+                  "run, or one that ended at chance (val < 0.11), has no accuracy: it is left out of every mean "
+                  "and pair and counted)", ""]
+    head = ["**Superseded** by the stability map of issue 42 (docs/bench/scale/map/): kept as the record the "
+            "earlier docs quoted. **Raw runs lost**: the run folders were not kept; the values below are built "
+            "from each run's record in docs/bench/scale/study1/runs.json (log: study.log). ",
+            "",
+            "Mean ± half-width of the 95 % t interval over seeds (accuracy); differences in points, "
+            "95 % t interval of the per-seed difference (paired by seed); one seed has no interval. **better** / "
+            "**worse**: the interval excludes 0; **no difference shown**: it holds 0 (not parity). "
+            "Target: within 0.5 points of sync on validation.", ""]
     return "\n".join(head + lines), rows
 
 
@@ -281,19 +250,20 @@ def plot(rows: list[dict], projection: dict | None, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     runs = load_runs()
-    if not runs and (STUDY / "accuracy-vs-P.json").exists():
-        print(f"no run folders under {STUDY / 'runs'}: rebuilding from the per-seed accuracies in "
-              f"{STUDY / 'accuracy-vs-P.json'}", file=sys.stderr)
-        runs = load_runs_from_table()
-    if not runs:
-        print(f"no finished runs under {STUDY / 'runs'}", file=sys.stderr)
-        return 1
     md, rows = tables(runs)
+    files = {STUDY / "accuracy-vs-P.md": md + "\n",
+             STUDY / "accuracy-vs-P.json": json.dumps(rows, indent=1, default=lambda o: None) + "\n"}
+    if "--check" in argv:
+        for path, text in files.items():
+            if path.read_text() != text:
+                print(f"{path.relative_to(ROOT)} differs from the table rebuilt from runs.json")
+                return 1
+        return 0
     print(md)
-    (STUDY / "accuracy-vs-P.md").write_text(md + "\n")
-    (STUDY / "accuracy-vs-P.json").write_text(json.dumps(rows, indent=1, default=lambda o: None) + "\n")
+    for path, text in files.items():
+        path.write_text(text)
     proj_path = SCALE / "projection.json"
     projection = json.loads(proj_path.read_text()) if proj_path.exists() else None
     plot(rows, projection, ROOT / "docs" / "figures" / "scale-accuracy.png")
@@ -301,4 +271,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

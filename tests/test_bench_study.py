@@ -153,16 +153,18 @@ def test_aggregate_and_report(tmp_path):
     s = a[("base", "sync", 2)]
     assert s["mean"] == pytest.approx(0.82) and s["std"] == pytest.approx(0.02) and (s["min"], s["max"]) == (0.8, 0.84)
     last = a[("base", "pseudo-sync:last:1", 2)]
-    assert last["n"] == 3 and last["n_ok"] == 2 and last["diverged"] == 1 and last["at_chance"] == 0
-    assert aggregate(recs, chance=0.1)[("base", "pseudo-sync:last:1", 2)]["at_chance"] == 1
+    assert last["n"] == 3 and last["n_ok"] == 2 and last["diverged"] == 1 and last["collapsed"] == 0
+    # with the chance level, the run at 0.1 collapsed: counted, and out of the mean (issue 42)
+    at_chance = aggregate(recs, chance=0.1)[("base", "pseudo-sync:last:1", 2)]
+    assert (at_chance["n_ok"], at_chance["collapsed"], at_chance["mean"]) == (1, 1, 0.78)
     md = markdown_report(g, recs + [{"P": 4, "lr": "base", "label": "sync", "seed": 0, "status": "ok",
                                       "metric": 0.75}])
     assert "| 0.7500 (1 seed) |" in md  # no made-up spread from one seed
     # mean ± half-width of the 95 % t interval: 4.303 (t, 2 degrees of freedom) * 0.02 / sqrt(3) = 0.0497
-    # the run at chance (seed 2) is a failure like the diverged one: out of the mean and of the pairing
-    assert "0.8200 ± 0.0497 (0.8000-0.8400, 3 seeds)" in md and "| 0.7800 (1 seed) [1 at chance, 1 div] |" in md
+    assert "0.8200 ± 0.0497 (0.8000-0.8400, 3 seeds)" in md
+    assert "0.7800 (1 seed) [1 div, 1 collapsed: not in the mean]" in md
     # paired by seed with sync: seed 0 only (seed 1 diverged, seed 2 collapsed): 0.78 - 0.80 in points
-    assert "| base | 2 | pseudo-sync:last:1 | 1 | -2.00 (1 seed) |" in md
+    assert "| base | 2 | pseudo-sync:last:1 | 1 | -2.00 (1 seed; left out: 1 of 3 collapsed, 1 of 3 diverged) |" in md
 
 
 def test_study_smoke_resumes_and_records_divergence(tmp_path):

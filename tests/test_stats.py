@@ -46,7 +46,7 @@ def test_pairing_removes_the_shared_seed_spread():
 def test_verdicts_and_missing_seeds():
     b = {0: 0.8, 1: 0.8, 2: 0.8}
     assert stats.paired({0: 0.79, 1: 0.78, 2: 0.785}, b).verdict == "worse"
-    assert stats.paired({0: 0.81, 1: 0.79, 2: 0.80}, b).verdict == "tie"
+    assert stats.paired({0: 0.81, 1: 0.79, 2: 0.80}, b).verdict == "no difference shown"
     # a diverged seed (None) is left out of the pairing; one seed left: no interval
     p = stats.paired({0: 0.79, 1: None}, {0: 0.8, 1: 0.8, 2: 0.8})
     assert p.seeds == (0,) and p.verdict == "1 seed"
@@ -60,11 +60,11 @@ def test_a_collapse_is_left_out_of_the_pair_like_a_divergence():
     rule = {0: 0.7995, 1: 0.0990, 2: 0.1020}
     assert stats.collapsed(0.1009, 0.1) and not stats.collapsed(0.11, 0.1) and not stats.collapsed(0.1, None)
     p = stats.paired(rule, sync, chance=0.1)
-    assert p.seeds == (0,) and p.collapsed == (1, 2) and p.verdict == "1 seed"
+    assert p.seeds == (0,) and p.left_out == {"A": {"collapsed": (1, 2)}, "B": {}} and p.verdict == "1 seed"
     assert p.diff.mean == pytest.approx(0.7995 - 0.8713)
     d = stats.compare_with_baseline(rule, sync, 0.005, chance=0.1)
-    assert d["seeds"] == [0] and d["collapsed"] == [1, 2]
-    assert stats.fmt_diff(d) == "-7.18 (1 seed) (2 collapsed left out)"
+    assert d["seeds"] == [0] and d["left_out"]["A"] == {"collapsed": [1, 2]}
+    assert stats.fmt_diff(d) == "-7.18 (1 seed; left out: 2 of 3 collapsed)"
     assert stats.paired(rule, sync).seeds == (0, 1, 2)  # without a chance level every finished seed pairs
     # a collapse of the baseline leaves its seed out too; every seed collapsed: nothing to pair
     assert stats.paired(sync, rule, chance=0.1).seeds == (0,)
@@ -79,7 +79,7 @@ def test_study1_table_rebuilds_with_its_collapses_left_out():
     spec = importlib.util.spec_from_file_location("scale_study", root / "scripts" / "scale_study.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    md, rows = mod.tables(mod.load_runs_from_table())
+    md, rows = mod.tables(mod.load_runs())
     assert md + "\n" == (root / "docs" / "bench" / "scale" / "study1" / "accuracy-vs-P.md").read_text()
     row = next(r for r in rows if (r["policy"], r["P"], r["rule"]) == ("fixed", 64, "pseudo-sync:adaptive-local:1"))
     assert row["at_chance"] == 2 and row["val"]["n"] == 1 and row["val_vs_sync"]["seeds"] == [0]
@@ -121,7 +121,7 @@ def test_study_report_pairs_by_seed_and_judges_the_target():
     g = _grid(within_points=0.5, contrasts=[("A", "B")])
     rows = study.paired_comparisons(g, _records())
     by = {r["label"]: r for r in rows}
-    assert by["A"]["metric"]["verdict"] == "tie" and by["B"]["metric"]["verdict"] == "worse"
+    assert by["A"]["metric"]["verdict"] == "no difference shown" and by["B"]["metric"]["verdict"] == "worse"
     assert by["B"]["metric"]["mean"] == pytest.approx(-0.02)
     assert by["B"]["metric"]["target"] == "missed"  # every seed 2 points below: the interval is a point at -2
     text = study.markdown_report(g, _records(), "t")
@@ -145,14 +145,15 @@ def test_a_study_never_averages_a_collapse():
     assert b["metric"]["seeds"] == [0, 2, 4] and b["metric"]["mean"] == pytest.approx(-0.02)
     assert b["reported"]["seeds"] == [0, 2, 4]  # the test metric's pairs leave the same seeds out
     cell = next(c for c in study.family_cells(g, recs) if c["label"] == "B")
-    assert cell["n_ok"] == 3 and cell["at_chance"] == 2 and cell["mean"] == pytest.approx((0.83 + 0.82 + 0.81) / 3)
-    assert "(3/5 seeds) [chance 2/5]" in study.families_report(g, recs)
+    assert cell["n_ok"] == 3 and cell["collapsed"] == 2 and cell["mean"] == pytest.approx((0.83 + 0.82 + 0.81) / 3)
+    assert "(3/5 seeds; 2 collapsed: not in the mean)" in study.families_report(g, recs)
     text = study.markdown_report(g, recs, "t")
-    assert "[2 at chance]" in text and "| fixed | 2 | B | 3 | -2.00 [-2.00, -2.00] **worse** |" in text
-    # every seed at chance: the cell says so, like "div 5/5"
+    assert "[2 collapsed: not in the mean]" in text
+    assert "| fixed | 2 | B | 3 | -2.00 [-2.00, -2.00] **worse**; left out: 2 of 5 collapsed |" in text
+    # every seed at chance: the cell says so, like a divergence
     every = [{**r, "metric": 0.1, "reported": 0.1} if r["label"] == "B" else r for r in _records()]
-    assert "| B | chance 5/5 |" in study.markdown_report(g, every, "t")
-    assert study.mark_collapses(recs, None) == recs  # no chance level (BLEU): nothing collapses
+    assert "| B | collapsed 5/5 |" in study.markdown_report(g, every, "t")
+    assert study.mark_collapsed(recs, None) == recs  # no chance level (BLEU): nothing collapses
 
 
 def test_grid_keys_and_flags_are_checked(tmp_path):
@@ -207,3 +208,70 @@ def test_compare_seeds_report_and_refusals(tmp_path, capsys):
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "x").exists()
+
+
+def test_a_collapse_is_a_failure_not_an_accuracy():
+    """Issue 42.1: a run that ends at chance (validation below 0.11 for ten classes) is left out of every
+    mean and paired interval and counted like a divergence. Study 1's table printed
+    `-54.34 [-155.80, +47.12] **tie**` for a rule that collapsed on 2 of 3 seeds."""
+    sync = {0: 0.905, 1: 0.910, 2: 0.900}
+    rule = {0: 0.100, 1: 0.1099, 2: 0.880}  # seeds 0 and 1 collapsed (below 0.11), seed 2 trained
+    assert [stats.collapsed(v, 0.1) for v in (0.1, 0.1099, 0.11, 0.88)] == [True, True, False, False]
+    d = stats.compare_with_baseline(rule, sync, 0.005, chance=0.1)
+    assert d["seeds"] == [2] and d["verdict"] == "1 seed"
+    assert d["mean"] == pytest.approx(0.880 - 0.900)  # seed 2 alone, by hand
+    assert d["left_out"] == {"A": {"collapsed": [0, 1]}, "B": {}}
+    assert stats.fmt_diff(d) == "-2.00 (1 seed; left out: 2 of 3 collapsed)"
+    # diverged (None) and collapsed runs are counted apart; the mean is over the others and says so
+    assert stats.fmt_over_seeds({0: 0.88, 1: None, 2: 0.10, 3: 0.86}, chance=0.1) == \
+        f"0.8700 ± {12.7062047 * math.sqrt(0.0002) / math.sqrt(2):.4f} (2 of 4 seeds; 1 collapsed, 1 diverged, " \
+        "not in the mean)"
+    assert stats.fmt_over_seeds({0: 0.1, 1: 0.1}, chance=0.1) == "no value: 2 of 2 collapsed"
+
+
+def test_bench_study_counts_collapses_like_divergences():
+    """Issue 42.1 in bench study: records that finished ("ok") with val_accuracy at chance are left out
+    of the cell's mean, of the paired rows (val and test alike) and of the families table, and counted."""
+    sync = {0: 0.905, 1: 0.910, 2: 0.900}
+    rule = {0: 0.100, 1: 0.1099, 2: 0.880}
+    recs = [{"P": 32, "lr": "scaled", "label": lab, "seed": s, "status": "ok", "metric": v, "reported": v - 0.005}
+            for lab, vals in (("sync", sync), ("pseudo-sync", rule)) for s, v in vals.items()]
+    aesp = "pseudo-sync:adaptive"  # diverged on seed 0, collapsed on seeds 1 and 2: no value at all
+    recs.append({"P": 32, "lr": "scaled", "label": aesp, "seed": 0, "status": "diverged", "metric": None})
+    recs += [{"P": 32, "lr": "scaled", "label": aesp, "seed": s, "status": "ok", "metric": 0.1, "reported": 0.1}
+             for s in (1, 2)]
+    g = study.Grid(ranks=[32], seeds=[0, 1, 2], algos=["sync", "pseudo-sync", aesp], train={"val-fraction": 0.1},
+                   lr={"scaled": {"lr": 0.32}}, metric="val_accuracy", report_metric="test_accuracy",
+                   within_points=0.5, chance=0.1)
+    by = {r["label"]: r for r in study.paired_comparisons(g, recs)}
+    assert by["pseudo-sync"]["metric"]["seeds"] == [2]
+    assert by["pseudo-sync"]["reported"]["seeds"] == [2]  # the collapsed runs' test values are left out with them
+    assert by["pseudo-sync"]["metric"]["left_out"]["A"] == {"collapsed": [0, 1]}
+    assert by[aesp]["metric"] is None and by[aesp]["no_value"]["metric"] == "2 of 3 collapsed, 1 of 3 diverged"
+    agg = study.aggregate(recs, 0.1)
+    cell = agg[("scaled", "pseudo-sync", 32)]
+    assert (cell["n"], cell["n_ok"], cell["collapsed"], cell["mean"]) == (3, 1, 2, 0.880)
+    text = study.markdown_report(g, recs, "t")
+    assert "-54" not in text and "0.3660" not in text  # no mean or difference with the collapses in it
+    assert "| scaled | 32 | pseudo-sync | 1 | -2.00 (1 seed; left out: 2 of 3 collapsed) |" in text
+    assert "0.8800 (1 seed) [2 collapsed: not in the mean]" in text
+    assert "div 1/3, collapsed 2/3" in text and "no value: 2 of 3 collapsed, 1 of 3 diverged" in text
+    fam = {c["label"]: c for c in study.family_cells(g, recs)}
+    assert fam["pseudo-sync"]["mean"] == pytest.approx(0.875) and fam["pseudo-sync"]["collapsed"] == 2
+
+
+def test_compare_seeds_says_when_the_test_split_decided_and_leaves_collapses_out():
+    from minips.compare import seeds_report
+    runs = [{"label": lab, "algo": algo, "seed": s, "test_accuracy": v}
+            for lab, algo, vals in (("sync", "sync", (0.86, 0.87, 0.85)),
+                                    ("pseudo-sync", "pseudo-sync", (0.855, 0.10, 0.848)))
+            for s, v in enumerate(vals)]
+    text = seeds_report(runs, within=0.5)
+    assert "**Decided on the test split**" in text and "--val-fraction 0.1" in text
+    assert "test_accuracy decides: no validation split" in text
+    # seed 1 collapsed (0.10): left out of pseudo-sync's mean and of the pair; by hand, seeds 0 and 2:
+    # differences -0.5 and -0.2 points, mean -0.35
+    assert "0.8515 ± " in text and "(2 of 3 seeds; 1 collapsed, not in the mean)" in text
+    assert "| pseudo-sync | -0.35 [" in text and "left out: 1 of 3 collapsed" in text
+    with_val = [{**r, "val_accuracy": r["test_accuracy"]} for r in runs]
+    assert "Decided on the test split" not in seeds_report(with_val)

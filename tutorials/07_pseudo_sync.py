@@ -55,21 +55,26 @@ P = comm.size
 # %% [markdown]
 # ## 1. The rule
 #
-# Notation: P ranks, weights `w_t` identical on every rank, local gradient `g_t` at `w_t`,
-# its average over ranks `G_t`, staleness `k >= 1` (default 1). Step t on every rank:
+# Notation: P ranks, weights `w_t` (identical on every rank with the predictor used here),
+# local gradient `g_t` at `w_t`, its average over ranks `G_t`, staleness `k >= 1` (default 1).
+# Step t on every rank:
 #
 # 1. compute `g_t` at `w_t` (forward + backward);
 # 2. **post** `Iallreduce(g_t)`; it will progress while step t+1 computes;
 # 3. **complete** the oldest request, from step t-k: `G_{t-k}` (usually done already);
-# 4. `d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})`: with the `last` predictor,
-#    `d_t = G_{t-k}`, the stale gradient as it is (step 8 builds better predictors);
+# 4. `d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})`: this step uses the `last`
+#    predictor, `d_t = G_{t-k}`, the stale gradient as it is, because it shows the pipeline
+#    and nothing else. pseudo-sync's **default** is `local`, `d_t = G_{t-k} + (g_t - g_{t-k})`:
+#    the rank's own fresh gradient change added (step 8 builds it and the other predictors);
 # 5. `w_{t+1} = optimizer(w_t, d_t)`: momentum acts on `d_t`.
 #
 # In steps 0..k-1 nothing has arrived yet: those steps post their allreduce and do not
 # update (the pipeline fills). Every averaged gradient is applied exactly once, k steps
-# after it was computed. Every rank applies the same `d_t` to the same `w_t`, so the
-# replicas stay bit-identical: that is what "pseudo-synchronous" means. Here is the code;
-# it reads like the list above:
+# after it was computed. With `last` (and every predictor that uses only averaged
+# gradients) every rank applies the same `d_t` to the same `w_t`, so the replicas stay
+# bit-identical. With the default `local` each rank adds its own gradient change, so the
+# ranks' weights drift apart by a small, bounded amount: a run evaluates their average and
+# logs the consensus distance (step 8). Here is the code; it reads like the list above:
 
 # %%
 say(inspect.getsource(PseudoSyncSGD.step))

@@ -58,7 +58,7 @@ a run whose ``summary.json`` exists is skipped, so an interrupted study
 continues where it stopped. A run that stops with a non-finite loss is
 recorded as *diverged* (it is a result, not an error). A run that finishes
 with its ``metric`` below ``chance + 0.01`` (0.11 for 10 classes) *collapsed*
-(:func:`mark_collapses`): a failure like a divergence, counted (``chance k/n``,
+(:func:`mark_collapsed`): a failure like a divergence, counted (``chance k/n``,
 ``[k at chance]``) and left out of every mean, interval and paired comparison.
 While a file
 ``OUT/PAUSE`` exists the driver waits between runs (to take timing
@@ -86,7 +86,10 @@ and the fix (``G.json`` and ``G.md`` together or neither, no temporary file).
 Statistics (:mod:`minips.stats`): every cell is reported as its mean and
 95 % t interval over seeds; every entry is paired by seed with the baseline
 entry (the registry's baseline, sync), and the report says **better** /
-**worse** / **tie** from the 95 % t interval of the per-seed differences.
+**worse** / **no difference shown** from the 95 % t interval of the per-seed
+differences. A run that diverged or finished at chance (``chance`` + 0.01, 0.11 for
+ten classes: collapsed) is a failure: counted, never averaged or paired
+(:func:`.aggregate.mark_collapsed`).
 Grid keys ``within_points = X`` (a target "within X points of the baseline":
 met / missed / unresolved, with the seeds that would resolve it) and
 ``contrasts = ["A - B", ...]`` (other pairs); flags ``--within``,
@@ -106,13 +109,13 @@ The package, one job per module: :mod:`.grid` (the grid file), :mod:`.runner` (o
 """
 from __future__ import annotations
 
-from .aggregate import aggregate, contrasts, family_cells, mark_collapses, paired_comparisons
+from .aggregate import aggregate, contrasts, family_cells, mark_collapsed, paired_comparisons
 from .cli import add_arguments, run
 from .figures import plot_families, plot_study
 from .grid import Grid, RunSpec, StudyError, expand, load_grid
 from .report import families_report, markdown_report, paired_report
 from .runner import train_command
 
-__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "mark_collapses",
+__all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "mark_collapsed",
            "paired_comparisons", "contrasts", "markdown_report", "paired_report", "family_cells", "families_report",
            "plot_families", "plot_study", "run", "add_arguments"]

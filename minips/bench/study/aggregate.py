@@ -7,38 +7,44 @@ import statistics
 
 from ...distributed.algorithms import BASELINE
 from ...kernels import threads
-from ...stats import collapsed, compare_with_baseline, points_per_unit, t_interval
+from ...stats import Failure, collapsed, compare_with_baseline, failures, fmt_left_out, points_per_unit, \
+    t_interval
 from .grid import Grid, split_entry, tested_metric
 
-__all__ = ["aggregate", "mark_collapses", "by_seed", "paired_comparisons", "contrasts", "baseline_label",
-           "family_cells", "oversubscribed"]
+__all__ = ["aggregate", "by_seed", "paired_comparisons", "contrasts", "baseline_label", "family_cells",
+           "oversubscribed", "mark_collapsed"]
 
 
-def mark_collapses(records: list[dict], chance: float | None) -> list[dict]:
-    """The records with ``status`` ``"collapsed"`` for each finished run whose
-    ``metric`` (the grid's, the validation split's) is at chance
-    (:func:`minips.stats.collapsed`): a collapse is a failure like a
-    divergence, never an accuracy to average or pair. Copies; idempotent;
-    ``chance`` None (a metric without a chance level) changes nothing."""
+def mark_collapsed(records: list[dict], chance: float | None) -> list[dict]:
+    """The records with every finished run whose ``metric`` ended at chance
+    (:func:`minips.stats.collapsed`: below ``chance + 0.01``, 0.11 for ten
+    classes) given ``status = "collapsed"``: from then on it is a failure like a
+    divergence, counted and never averaged or paired. The grid's metric (the
+    validation metric when there is one) decides, so the run's test value is
+    left out with it. Records already marked stay so; without ``chance`` (a
+    metric with no chance level, such as BLEU) nothing changes."""
+    if chance is None:
+        return records
     return [{**r, "status": "collapsed"} if r.get("status") == "ok" and collapsed(r.get("metric"), chance) else r
             for r in records]
 
 
 def aggregate(records: list[dict], chance: float | None = None) -> dict:
-    """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``mean``,
-    ``std`` (sample standard deviation; 0 for one seed), ``ci`` (half-width of
-    the 95 % t interval of the mean; None for one seed), ``min``, ``max`` of the
-    metric over the seeds that finished above chance (None when none did), and
-    ``at_chance``: runs that collapsed (:func:`mark_collapses`: status
-    ``collapsed``, or finished with the metric below ``chance + 0.01``), left
-    out of the mean and the interval like the ``diverged`` ones."""
+    """Per (lr setting, label, P): ``n``, ``n_ok``, ``diverged``, ``collapsed``
+    (runs that ended at chance, see :func:`mark_collapsed`; with ``chance``
+    they are judged on this ``metric`` too), ``failed``, ``mean``, ``std``
+    (sample standard deviation; 0 for one seed), ``ci`` (half-width of the 95 %
+    t interval of the mean; None for one seed), ``min``, ``max`` of the metric
+    over the runs that finished above chance (None when none did): a diverged
+    or collapsed run is in no mean."""
     groups: dict = {}
-    for r in mark_collapses(records, chance):
+    for r in mark_collapsed(records, chance):
         groups.setdefault((r["lr"], r["label"], r["P"]), []).append(r)
     out = {}
     for key, rs in groups.items():
         vals = [r["metric"] for r in rs if r.get("status") == "ok" and r.get("metric") is not None]
         out[key] = {"n": len(rs), "n_ok": len(vals), "diverged": sum(r.get("status") == "diverged" for r in rs),
+                    "collapsed": sum(r.get("status") == "collapsed" for r in rs),
                     "failed": sum(r.get("status") in ("failed", "timeout") for r in rs),
                     "at_chance": sum(r.get("status") == "collapsed" for r in rs),
                     "mean": statistics.fmean(vals) if vals else None,
@@ -50,11 +56,19 @@ def aggregate(records: list[dict], chance: float | None = None) -> dict:
 
 
 def by_seed(records: list[dict], lr_name: str, label: str, P: int, key: str) -> dict:
-    """``{seed: value}`` of the finished runs of one cell (diverged runs, and runs
-    marked collapsed by :func:`mark_collapses`, have no value)."""
-    return {r["seed"]: r.get(key) for r in records
-            if (r["lr"], r["label"], r["P"]) == (lr_name, label, P) and r.get("status") == "ok"
-            and r.get(key) is not None}
+    """``{seed: value}`` of one cell's runs: the value of a finished run, a
+    :class:`minips.stats.Failure` (``diverged``, ``collapsed``, ``failed``) for
+    a run that has none, so that a comparison counts it and leaves it out."""
+    out = {}
+    for r in records:
+        if (r["lr"], r["label"], r["P"]) != (lr_name, label, P):
+            continue
+        st = r.get("status")
+        if st == "ok" and r.get(key) is not None:
+            out[r["seed"]] = r[key]
+        elif st != "ok":
+            out[r["seed"]] = Failure("failed" if st == "timeout" else st)
+    return out
 
 
 def paired_comparisons(grid: Grid, records: list[dict]) -> list[dict]:
@@ -64,19 +78,19 @@ def paired_comparisons(grid: Grid, records: list[dict]) -> list[dict]:
     dict: ``lr``, ``P``, ``label``, ``baseline``, ``metric`` and ``reported``
     (None, or the comparison of ``label - baseline`` in the metric's units;
     the grid metric's carries ``target`` and ``seeds_to_resolve`` when the
-    grid has ``within_points``). A seed whose run collapsed
-    (:func:`mark_collapses`, on the grid's metric) is left out of both
-    metrics' pairs like a diverged one."""
+    grid has ``within_points``; diverged and collapsed runs are left out and
+    counted in its ``left_out``), and ``no_value`` (``{key: "3 of 3
+    collapsed"}`` where nothing was left to pair)."""
     base = baseline_label(grid, records)
     pairs = [(label, base) for label in grid.algos if label != base] if base else []
-    return _pair_rows(grid, mark_collapses(records, grid.chance), pairs, within=True)
+    return _pair_rows(grid, mark_collapsed(records, grid.chance), pairs, within=True)
 
 
 def contrasts(grid: Grid, records: list[dict]) -> list[dict]:
     """The grid's ``contrasts`` (pairs "A - B" of algos entries), each paired
     by seed at every (lr setting, P) where both ran; rows as in
     :func:`paired_comparisons` (``baseline`` is B; no target)."""
-    return _pair_rows(grid, mark_collapses(records, grid.chance), grid.contrasts, within=False)
+    return _pair_rows(grid, mark_collapsed(records, grid.chance), grid.contrasts, within=False)
 
 
 def _pair_rows(grid: Grid, records: list[dict], pairs, within: bool) -> list[dict]:
@@ -89,11 +103,13 @@ def _pair_rows(grid: Grid, records: list[dict], pairs, within: bool) -> list[dic
                 if not all(any((r["lr"], r["label"], r["P"]) == (lr_name, x, P) for r in records)
                            for x in (label, base)):
                     continue
-                row = {"lr": lr_name, "P": P, "label": label, "baseline": base}
+                row = {"lr": lr_name, "P": P, "label": label, "baseline": base, "no_value": {}}
                 for key in keys:
-                    row[key] = compare_with_baseline(by_seed(records, lr_name, label, P, key),
-                                                     by_seed(records, lr_name, base, P, key),
-                                                     gap if key == "metric" else None)
+                    a, b = by_seed(records, lr_name, label, P, key), by_seed(records, lr_name, base, P, key)
+                    row[key] = compare_with_baseline(a, b, gap if key == "metric" else None)
+                    if row[key] is None:  # nothing to pair: say which runs failed
+                        row["no_value"][key] = fmt_left_out({"left_out": {"A": failures(a), "B": failures(b)},
+                                                             "runs": {"A": len(a), "B": len(b)}})
                 out.append(row)
     return out
 
@@ -124,7 +140,7 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
     from ...distributed.algorithms import resolve
 
     tm = tested_metric(grid)
-    records = mark_collapses(records, grid.chance)  # judged on the grid's (validation) metric
+    records = mark_collapsed(records, grid.chance)
     tested = [{**r, "metric": r.get("reported") if grid.report_metric else r.get("metric")} for r in records]
     agg = aggregate(tested, grid.chance if "accuracy" in tm else None)
     base = baseline_label(grid, records)
@@ -152,8 +168,8 @@ def family_cells(grid: Grid, records: list[dict]) -> list[dict]:
                 times = [r["time_to_target"] for r in rs if r.get("time_to_target") is not None]
                 rank0 = f"rank0_{tm}"
                 cells.append({"lr": lr_name, "label": label, "P": P, "family": family, "metric": tm,
-                              **{k: a[k] for k in ("n", "n_ok", "diverged", "at_chance", "mean", "std", "ci", "min",
-                                                   "max")},
+                              **{k: a[k] for k in ("n", "n_ok", "diverged", "collapsed", "failed", "mean", "std",
+                                                   "ci", "min", "max")},
                               "bytes_sent_per_step": sent,
                               "bytes_ratio": sent / ref if sent is not None and ref else None,
                               "target": grid.target_accuracy, "reached": len(times),

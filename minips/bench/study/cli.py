@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ...options import finite_float
 from ...rundir import atomic_write_all, take_lock, write_error
+from ...stats import collapsed
 from ..launch import MPIEXEC_MISSING, find_mpiexec
-from .aggregate import contrasts, family_cells, mark_collapses, paired_comparisons
+from .aggregate import contrasts, family_cells, mark_collapsed, paired_comparisons
 from .figures import plot_families, plot_study
 from .grid import RunSpec, StudyError, expand, load_grid, parse_contrasts, parse_within
 from .report import families_report, markdown_report
@@ -129,7 +130,10 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
             records.append(rec)
             if not done:
                 m = rec.get("metric")
-                log(f"{i + 1}/{len(specs)} P={s.P} {s.lr_name} {s.label} seed {s.seed}: {rec['status']}"
+                status = rec["status"]
+                if status == "ok" and collapsed(m, grid.chance):
+                    status = "collapsed (at chance)"
+                log(f"{i + 1}/{len(specs)} P={s.P} {s.lr_name} {s.label} seed {s.seed}: {status}"
                     + (f" {grid.metric} {m:.4f}" if m is not None else "")
                     + (f" ({rec['wall_s']:.0f} s)" if rec.get("wall_s") else ""))
                 failures = failures + 1 if rec["status"] == "failed" else 0
@@ -146,8 +150,8 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
         print(f"no finished runs yet in {root / 'runs'} for the {len(specs)} runs of this grid "
               "(check --out and the --ranks/--seeds/--lr/--algos selection)")
         return 1
-    records = mark_collapses(records, grid.chance)  # a run at chance is a failure, not an accuracy
     stem = Path(grid.source).stem
+    records = mark_collapsed(records, grid.chance)  # the JSON says which runs collapsed
     cells = family_cells(grid, records)
     report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)
     # the JSON and the report together or neither (a full disk: one line, no temporary file)

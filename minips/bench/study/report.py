@@ -4,34 +4,39 @@ from __future__ import annotations
 
 from ...distributed.algorithms import BASELINE
 from ...kernels import threads
-from ...stats import CONFIDENCE, compare_with_baseline, fmt_diff, fmt_target, points_per_unit
-from .aggregate import (aggregate, baseline_label, by_seed, contrasts, family_cells, mark_collapses, oversubscribed,
-                        paired_comparisons)
+from ...stats import CONFIDENCE, COLLAPSE_MARGIN, NO_DIFFERENCE, compare_with_baseline, fmt_diff, fmt_target, \
+    points_per_unit
+from .aggregate import aggregate, baseline_label, by_seed, contrasts, family_cells, mark_collapsed, oversubscribed, \
+    paired_comparisons
 from .grid import Grid, tested_metric
 
 __all__ = ["markdown_report", "paired_report", "families_report"]
+
+
+def _failures(a: dict, total: bool) -> str:
+    """``2 div, 1 collapsed`` (``total``: ``div 2/3, collapsed 1/3``) of an :func:`aggregate` cell."""
+    parts = []
+    for key, word in (("diverged", "div"), ("collapsed", "collapsed"), ("failed", "failed")):
+        k = a.get(key) or 0
+        if key == "failed":  # runs neither finished nor diverged nor collapsed (crashed, timed out)
+            k = a["n"] - a["n_ok"] - (a.get("diverged") or 0) - (a.get("collapsed") or 0)
+        if k:
+            parts.append(f"{word} {k}/{a['n']}" if total else f"{k} {word}")
+    return ", ".join(parts)
 
 
 def _cell(a: dict | None, digits: int) -> str:
     if not a:
         return "-"
     if a["mean"] is None:
-        gone = [f"{w} {a[k]}/{a['n']}" for w, k in (("div", "diverged"), ("chance", "at_chance"), ("failed", "failed"))
-                if a[k]]
-        return ", ".join(gone) or f"failed {a['n'] - a['n_ok']}/{a['n']}"
+        return _failures(a, total=True)
     if a["n_ok"] == 1:  # no spread from one seed
         s = f"{a['mean']:.{digits}f} (1 seed)"
     else:
         s = (f"{a['mean']:.{digits}f} ± {a['ci']:.{digits}f} "
              f"({a['min']:.{digits}f}-{a['max']:.{digits}f}, {a['n_ok']} seeds)")
-    notes = []
-    if a["at_chance"]:
-        notes.append(f"{a['at_chance']} at chance")
-    if a["diverged"]:
-        notes.append(f"{a['diverged']} div")
-    if a["n_ok"] + a["at_chance"] + a["diverged"] < a["n"]:
-        notes.append(f"{a['n'] - a['n_ok'] - a['at_chance'] - a['diverged']} failed")
-    return s + (f" [{', '.join(notes)}]" if notes else "")
+    left = _failures(a, total=False)
+    return s + (f" [{left}: not in the mean]" if left else "")
 
 
 def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
@@ -40,7 +45,7 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
     baseline's. With a validation metric and a ``report_metric``, the same
     tables for the reported (test) metric follow, and which algorithm the
     validation metric chose at each (lr, P), with its test value."""
-    records = mark_collapses(records, grid.chance)  # judged on the grid's (validation) metric
+    records = mark_collapsed(records, grid.chance)
     text = _metric_report(grid, records, grid.metric, title)
     if not grid.report_metric or grid.report_metric == grid.metric:
         return text + "\n" + paired_report(grid, records)
@@ -53,8 +58,9 @@ def markdown_report(grid: Grid, records: list[dict], title: str = "") -> str:
 def paired_report(grid: Grid, records: list[dict], rows: list[dict] | None = None) -> str:
     """The paired comparison with the baseline as a markdown table (see
     :func:`paired_comparisons`): differences in points, 95 % t intervals,
-    better / worse / tie, and the target's verdict with the seeds that would
-    resolve it."""
+    better / worse / no difference shown, the diverged and collapsed runs left
+    out, and the target's verdict with the seeds that would resolve it."""
+    records = mark_collapsed(records, grid.chance)
     rows = paired_comparisons(grid, records) if rows is None else rows
     text = _pair_table(grid, rows, grid.within_points)
     more = contrasts(grid, records)
@@ -76,10 +82,9 @@ def _pair_table(grid: Grid, rows: list[dict], within, kind: str = "baseline") ->
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             seeds = r["metric"]["seeds"] if r["metric"] else []
-            cells = [r["lr"], str(r["P"]), r["label"], r["baseline"], str(len(seeds)),
-                     fmt_diff(r["metric"], points_per_unit(m))]
+            cells = [r["lr"], str(r["P"]), r["label"], r["baseline"], str(len(seeds)), _diff(r, "metric", m)]
             if rm:
-                cells.append(fmt_diff(r["reported"], points_per_unit(rm)))
+                cells.append(_diff(r, "reported", rm))
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
     head = ["lr", "P", "algorithm", "seeds", f"{m} minus {base}'s"] + ([f"{rm} minus {base}'s"] if rm else [])
@@ -87,38 +92,56 @@ def _pair_table(grid: Grid, rows: list[dict], within, kind: str = "baseline") ->
         head.append(f"within {within:g} of {base} ({m})")
     lines = [f"## paired by seed against {base} ({int(CONFIDENCE * 100)} % t intervals, {unit})", "",
              f"Per seed, the run's {m} minus {base}'s with the same seed (same initial weights, partition and data "
-             "order), then the mean of those differences and its t interval (n - 1 degrees of freedom); a seed "
-             "whose run diverged or collapsed (ended at chance) on either side is left out (`seeds` counts the "
-             "pairs). "
-             "**better**: the interval lies above 0; **worse**: below 0; **tie**: it holds 0 (the difference is "
-             "inside the noise of this many seeds)."
+             "order), then the mean of those differences and its t interval (n - 1 degrees of freedom). "
+             f"**better**: the interval lies above 0; **worse**: below 0; **{NO_DIFFERENCE}**: the interval holds 0 "
+             "(these seeds cannot tell the two apart; that is not parity)."
+             + _failed_legend(grid)
              + (f" {m} chooses; {rm} is reported beside it and chooses nothing." if rm else "")
              + (f" Target: within {within:g} points of {base}: **met** when the interval's lower end is above "
-                f"-{within:g}, **missed** when its upper end is below -{within:g}, else **unresolved** (with the "
-                "seeds that would resolve it if the mean and spread stayed as observed)." if within is not None
-                else ""), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                f"-{within:g}, **missed** when its upper end is below -{within:g}, else **unresolved**. An interval "
+                f"wider than the target (half-width {within:g} points or more) cannot show parity. The seeds that "
+                "would resolve an unresolved target are a guide that holds only if the mean and spread stay as "
+                "observed." if within is not None else ""), "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
     for r in rows:
         seeds = r["metric"]["seeds"] if r["metric"] else []
-        cells = [r["lr"], str(r["P"]), r["label"], str(len(seeds)), fmt_diff(r["metric"], points_per_unit(m))]
+        cells = [r["lr"], str(r["P"]), r["label"], str(len(seeds)), _diff(r, "metric", m)]
         if rm:
-            cells.append(fmt_diff(r["reported"], points_per_unit(rm)))
+            cells.append(_diff(r, "reported", rm))
         if within is not None:
-            cells.append(fmt_target(r["metric"]))
+            cells.append(fmt_target(r["metric"], points_per_unit(m)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _failed_legend(grid: Grid) -> str:
+    chance = "" if grid.chance is None else (
+        f"; **collapsed**: it finished at chance ({grid.metric} below {grid.chance + COLLAPSE_MARGIN:g})")
+    return (" A failed run has no value and is left out of every mean and pair, and the cell counts it "
+            f"(**diverged**: a non-finite loss stopped it{chance}).")
+
+
+def _diff(row: dict, key: str, metric: str) -> str:
+    """One comparison cell: the difference in points with its interval and verdict and the runs left out,
+    or, when nothing was left to pair, which runs failed."""
+    why = row.get("no_value", {}).get(key)
+    if row[key] is None and why:
+        return f"no value: {why}"
+    return fmt_diff(row[key], points_per_unit(metric))
 
 
 def _choices(grid: Grid, records: list[dict]) -> str:
     """Which algorithm the validation metric chose per (lr, P), its reported
     value, and whether the choice is resolved: the chosen entry against the
-    runner-up, paired by seed (a tie means the data do not single it out)."""
+    runner-up, paired by seed (no difference shown: the data do not single it out)."""
+    records = mark_collapsed(records, grid.chance)
     agg = aggregate(records, None)
     rep = aggregate([{**r, "metric": r.get("reported")} for r in records], None)
     lines = [f"## chosen by {grid.metric} (validation split); {grid.report_metric} reported", "",
              f"Defaults are chosen by the mean {grid.metric} over seeds, among all algorithms except "
              f"{BASELINE}; {grid.report_metric} is only reported (it chose nothing). The last column pairs the "
-             "chosen entry with the runner-up by seed (95 % t interval of the difference, points): a **tie** "
-             "means these seeds do not tell the two apart.", "",
+             "chosen entry with the runner-up by seed (95 % t interval of the difference, points): "
+             f"**{NO_DIFFERENCE}** means these seeds do not tell the two apart.", "",
              f"| lr | P | chosen by {grid.metric} | its {grid.metric} | its {grid.report_metric} | "
              f"{BASELINE}'s {grid.report_metric} | against the runner-up |", "|---|---|---|---|---|---|---|"]
     for (lr_name, P) in sorted({(k[0], k[2]) for k in agg}):
@@ -141,19 +164,23 @@ def _choices(grid: Grid, records: list[dict]) -> str:
 
 
 def _fmt_mean(a: dict | None) -> str:
-    return "-" if not a or a["mean"] is None else f"{a['mean']:.4f} ({a['n_ok']} seeds)"
+    if not a or a["mean"] is None:
+        return "-" if not a else _failures(a, total=True)
+    left = _failures(a, total=False)
+    return f"{a['mean']:.4f} ({a['n_ok']} seeds" + (f"; {left}: not in the mean)" if left else ")")
 
 
 def _metric_report(grid: Grid, records: list[dict], metric: str, title: str = "", heading: str = "") -> str:
-    agg = aggregate(records, grid.chance if "accuracy" in metric else None)
+    chance = grid.chance if "accuracy" in metric else None
+    agg = aggregate(records, chance)
     digits = 2 if "bleu" in metric else 4
     lines = [heading or f"# {title or 'study'}: {metric} (mean ± 95 % CI (min-max) over seeds)", "",
              "Cells: mean ± half-width of its 95 % t confidence interval (n - 1 degrees of freedom; min-max, "
              "number of seeds) over the seeds that finished; "
-             "`div k/n`: k of n runs stopped on a non-finite loss; `chance k/n`, `[k at chance]`: k runs "
-             f"finished at chance level (the validation {grid.metric} below chance + 0.01: collapsed), a failure "
-             "left out of the mean and the paired intervals like a divergence; `[k div]`: k diverged runs left "
-             "out of the mean.", "",
+             "`div k/n`: k of n runs stopped on a non-finite loss; `collapsed k/n`: k of n runs ended at chance "
+             + ("" if chance is None else f"(below {chance + COLLAPSE_MARGIN:g}) ")
+             + "without a non-finite loss; `[k div, k collapsed: not in the mean]`: failed runs left out of the "
+             "mean beside them (a collapse is a failure, not an accuracy).", "",
              f"grid: `{grid.source}`; seeds in the grid {grid.seeds} (each cell counts the ones that ran); "
              "train options: "
              + ", ".join(f"{k}={v}" for k, v in grid.train.items()), ""]
@@ -227,17 +254,13 @@ def families_report(grid: Grid, records: list[dict], cells: list[dict] | None = 
                 if c is None:
                     row += ["-"] * (4 + has_rank0 + (target is not None))
                     continue
-                gone = ", ".join(f"{w} {c[k]}/{c['n']}" for w, k in (("div", "diverged"), ("chance", "at_chance"))
-                                 if c.get(k))
                 if c["mean"] is None:
-                    acc = gone or f"failed {c['n'] - c['n_ok']}/{c['n']}"
+                    acc = _failures(c, total=True)
                 else:
                     acc = (f"{c['mean']:.{digits}f} (1 seed)" if c["n_ok"] == 1
                            else f"{c['mean']:.{digits}f} ± {c['ci']:.{digits}f}")
-                    if 1 < c["n_ok"] < c["n"]:
-                        acc += f" ({c['n_ok']}/{c['n']} seeds)"
-                    if gone:
-                        acc += f" [{gone}]"
+                    if c["n_ok"] < c["n"]:
+                        acc += f" ({c['n_ok']}/{c['n']} seeds; {_failures(c, total=False)}: not in the mean)"
                 row.append(acc)
                 if has_rank0:
                     row.append("-" if c["rank0_mean"] is None else f"{c['rank0_mean']:.{digits}f}")

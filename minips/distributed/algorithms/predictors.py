@@ -13,10 +13,14 @@ A predictor turns what arrived (and the history) into the update direction::
 
     d_t = predictor.predict(G_{t-k}, w_t, w_{t-k})
 
-Predictors see only global quantities (averaged gradients, the replicated
-weights), so every rank computes the same ``d_t`` and replicas stay
-bit-identical. They are plain NumPy, so they also run in a one-process
-simulation (:mod:`minips.labs.staleness`).
+The replicated predictors (``last``, ``ema``, ``holt``, ``lookahead``, AESP
+and the delay compensations) see only global quantities (averaged gradients,
+the replicated weights), so every rank computes the same ``d_t`` and replicas
+stay bit-identical; the local-anchored ones also use the rank's own fresh
+gradient, so ranks drift apart by a bounded amount. The rules of this file are
+NumPy; AESP and ``local`` run their element loop in Numba next to their class
+(one path: ``--reference-kernels`` does not change them). The replicated ones
+also run in the one-process simulation :mod:`minips.labs.staleness`.
 
 - :class:`LastPredictor` (``last``): ``d_t = G_{t-k}`` (naive pseudo-sync).
 - :class:`EMAPredictor` (``ema``): exponential smoothing of the arrivals.
