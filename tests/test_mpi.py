@@ -97,7 +97,7 @@ def test_pseudo_sync_equals_one_process_simulation(predictor, staleness, P, tmp_
     assert len(set(run["hashes"].tolist())) == 1 and int(run["pending"]) == 0
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=3)
 @pytest.mark.parametrize("progress", ["none", "poll", "thread"])
 def test_replicas_identical_and_nothing_pending(progress, tmp_path):
     """sync, overlap-sync and pseudo-sync one after the other in one launch per progress mode."""
@@ -112,7 +112,7 @@ def test_replicas_identical_and_nothing_pending(progress, tmp_path):
         assert int(run["steps"]) == 15, algo
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi(ranks=3)
 def test_one_failing_rank_aborts_the_job(tmp_path):
     _, proc = launch(3, {"algo": "pseudo-sync", "steps": 50, "fail_rank": 1, "fail_step": 3},
                      tmp_path, timeout=60, expect_ok=False, mpi=True)
