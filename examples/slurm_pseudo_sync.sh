@@ -44,7 +44,8 @@
 #                    path on a file system the compute nodes see (default fashion-mnist)
 #   MINIPS_OUT       the run folder (default runs/<job name>-<job id>: a new submission
 #                    starts a new run, a requeued job continues its own)
-#   MINIPS_DRY_RUN=1 print the launch line and exit (to check the flags on a login node)
+#   MINIPS_DRY_RUN=1 print the launch line and exit (to check the flags on a login node, with the
+#                    layout given: MINIPS_DRY_RUN=1 SLURM_NTASKS=4 SLURM_CPUS_PER_TASK=1 bash ...)
 #
 # Before the first run, install minips against the site's MPI (once, on a login node):
 #   module load openmpi       # or the site's MPI

@@ -105,7 +105,7 @@ class SuiteProfile:
                "cpu_children_s": round(kids1 - kids0, 4), "compile_s": round(self.clock.total - comp0, 4),
                "launches": self.launches.count - n0, "worker": self.worker,
                "mpi": item.get_closest_marker("mpi") is not None}
-        with open(self.path, "a") as f:
+        with open(self.path, "a") as f:  # its folder is made in pytest_configure
             f.write(json.dumps(rec) + "\n")
 
 
@@ -118,4 +118,5 @@ def pytest_configure(config):
         return  # the xdist controller runs no test; its workers write the lines
     if worker:
         path = f"{path}.{worker}"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # e.g. runs/suite/ on a fresh clone
     config.pluginmanager.register(SuiteProfile(path, worker or "main"), "suite-profile")
