@@ -4,8 +4,8 @@ The README's test command runs one pytest-xdist worker per core (setup.cfg's
 ``addopts``). Each worker then computes with one Numba and one BLAS thread
 (set here, before NumPy and Numba load), as the subprocesses the tests start
 do (:func:`subprocess_env`): two workers of two threads each on two cores
-would wait for each other's descheduled threads. Tests marked ``mpi`` run one
-at a time (:func:`one_mpi_job_at_a_time`).
+would wait for each other's descheduled threads. Tests marked ``mpi`` share
+the cores through a lock (:func:`cores_for_ranks`, :func:`mpi_jobs_share_the_cores`).
 """
 from __future__ import annotations
 
@@ -179,7 +179,6 @@ def run_cli(args, timeout=120, env=None, cwd=None, process=False):
         e = subprocess_env(env)
         return subprocess.run([sys.executable, "-m", "minips", *map(str, args)], capture_output=True, text=True,
                               timeout=timeout, env=e, cwd=cwd or ROOT)
-    import contextlib
     import io
     import signal
     import traceback
@@ -313,7 +312,7 @@ def numba_cache_is_warm() -> bool:
     (``*.nbi``) in its ``__pycache__`` at least as new as itself. A guess that
     saves the warm-up's seconds when the cache is filled; Numba itself checks
     each entry against its source and recompiles what is stale."""
-    if os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+    if os.environ.get("NUMBA_CACHE_DIR"):
         return False
     sources = [f for folder in (ROOT / "kernels", ROOT / "minips") for f in folder.rglob("*.py")
                if "__pycache__" not in f.parts and CACHED_KERNEL.search(f.read_text(errors="replace"))]
@@ -358,5 +357,5 @@ def pytest_configure(config):
     import compileall
     for folder in ("minips", "kernels", "tests", "tutorials"):
         compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
-    if not numba_cache_is_warm():
+    if os.environ.get("NUMBA_DISABLE_JIT") != "1" and not numba_cache_is_warm():  # nothing to cache without JIT
         warm_numba_cache()
