@@ -160,6 +160,8 @@ def add_compare_arguments(p):
     p.add_argument("--target-accuracy", type=finite_float, metavar="ACC",
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
+    _bool_flag(p, "figures", "draw the comparison's figures into --out at the end (default on; --no-figures skips "
+                             "them, and python -m minips plot OUT/* draws them later)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -196,9 +198,10 @@ def cmd_compare(args) -> int:
         raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
                           "interval over seeds)")
     algos = parse_algos(args.algos)
+    figures = args.figures is not False
     if cfg.virtual_ranks:
-        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
-    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within, figures))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within, figures)
     return 0
 
 

@@ -295,6 +295,7 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
 WARM_KERNELS = (
     [["train", "--model", "convnet", "--epochs", "1", "--max-steps", "2", "--batch-size", "16"]],
     [["compare", "--model", "mlp", "--epochs", "1", "--max-steps", "2", "--batch-size", "16", "--virtual-ranks", "2",
+      "--no-figures",
       "--algos", "sync,pseudo-sync:predictor=local,pseudo-sync:predictor=adaptive,"
                  "pseudo-sync:predictor=adaptive-local,pseudo-sync:predictor=spike,qsgd,topk-sgd,powersgd,gs-sgd,"
                  "choco-sgd,dng,pqasgd"],
