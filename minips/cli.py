@@ -50,6 +50,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--momentum", type=float, help=f"heavy-ball momentum (default {d.momentum})")
     _bool_flag(p, "nesterov", "Nesterov momentum (default on; --no-nesterov for heavy ball)")
     p.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default {d.weight_decay})")
+    p.add_argument("--clip-norm", type=float, metavar="C",
+                   help="clip every update direction to global L2 norm C (over all parameters, as "
+                        "torch.nn.utils.clip_grad_norm_; before weight decay and momentum; default 0: off)")
     p.add_argument("--schedule", choices=["constant", "step", "cosine"], help="learning-rate schedule")
     p.add_argument("--warmup-epochs", type=float, help="linear warm-up length in epochs")
     _bool_flag(p, "scale-lr", "multiply lr by the number of ranks (linear scaling rule)")
