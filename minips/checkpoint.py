@@ -142,7 +142,9 @@ REQUIRED_KEYS = ("step", "world_size", "config", "rng", "history", "trace")
 
 #: Options that fix a run's trajectory: a checkpoint resumes only with the same values.
 TRAJECTORY_KEYS = ("model", "data", "batch_size", "seed", "lr", "momentum", "nesterov", "weight_decay",
-                   "schedule", "warmup_epochs", "scale_lr", "epochs", "partition")
+                   "clip_norm", "schedule", "warmup_epochs", "scale_lr", "epochs", "partition")
+#: Trajectory options added after checkpoints were first written: the value an older checkpoint ran with
+ADDED_LATER = {"clip_norm": 0.0}
 
 
 def save_trainer(trainer, path) -> None:
@@ -243,8 +245,8 @@ def restore_trainer(trainer, path) -> None:
             "(the data sharding and the averaged gradients depend on the number of ranks, so the trajectory "
             "cannot continue otherwise)")
     saved.setdefault("partition", "iid")  # checkpoints from before partitions
-    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
-            if saved.get(k) != getattr(cfg, k)]
+    diff = [f"{k}: checkpoint {saved.get(k, ADDED_LATER.get(k))!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
+            if saved.get(k, ADDED_LATER.get(k)) != getattr(cfg, k)]
     # the fields, and the older per-option flags that checkpoints written before algo_options kept as fields
     known = {f.name for f in dataclasses.fields(TrainConfig)} | set(config_fields())
     then = TrainConfig(**{k: v for k, v in saved.items() if k in known}).resolve_algo()

@@ -50,6 +50,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--momentum", type=float, help=f"heavy-ball momentum (default {d.momentum})")
     _bool_flag(p, "nesterov", "Nesterov momentum (default on; --no-nesterov for heavy ball)")
     p.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default {d.weight_decay})")
+    p.add_argument("--clip-norm", type=float, metavar="C",
+                   help="clip every update direction to global L2 norm C (over all parameters, as "
+                        "torch.nn.utils.clip_grad_norm_; before weight decay and momentum; default 0: off)")
     p.add_argument("--schedule", choices=["constant", "step", "cosine"], help="learning-rate schedule")
     p.add_argument("--warmup-epochs", type=float, help="linear warm-up length in epochs")
     _bool_flag(p, "scale-lr", "multiply lr by the number of ranks (linear scaling rule)")
@@ -160,6 +163,8 @@ def add_compare_arguments(p):
     p.add_argument("--target-accuracy", type=finite_float, metavar="ACC",
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
+    _bool_flag(p, "figures", "draw the comparison's figures into --out at the end (default on; --no-figures skips "
+                             "them, and python -m minips plot OUT/* draws them later)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -196,9 +201,10 @@ def cmd_compare(args) -> int:
         raise ConfigError("--within needs --seeds with two or more seeds (a target is judged on a confidence "
                           "interval over seeds)")
     algos = parse_algos(args.algos)
+    figures = args.figures is not False
     if cfg.virtual_ranks:
-        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within))
-    run_compare(cfg, algos, cfg.out, target, seeds, args.within)
+        return run_virtual(cfg, lambda: run_compare(cfg, algos, cfg.out, target, seeds, args.within, figures))
+    run_compare(cfg, algos, cfg.out, target, seeds, args.within, figures)
     return 0
 
 

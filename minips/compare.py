@@ -200,12 +200,14 @@ def _mib(v):
 
 
 def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, seeds: list[int] | None = None,
-                within: float | None = None) -> list[dict]:
+                within: float | None = None, figures: bool = True) -> list[dict]:
     """Train each algorithm with ``base_cfg`` (same seed, data, model); returns
     the summaries. ``target``: see :func:`markdown_table`. ``seeds``: run every
     algorithm once per seed (None or one seed: ``base_cfg.seed``'s single
     runs); ``within``: the target gap to the baseline in points, for the
-    statistics over seeds (:func:`seeds_report`).
+    statistics over seeds (:func:`seeds_report`); ``figures``: draw the
+    figures of :func:`minips.plots.plot_runs` into ``out`` at the end (False:
+    the report alone; ``python -m minips plot`` draws them later).
 
     Every entry is checked before the first run, as far as a run checks itself
     before training (:meth:`minips.train.Trainer.preflight`: e.g. a topology
@@ -241,10 +243,11 @@ def run_compare(base_cfg, algos: list[dict], out, target: float | None = None, s
         if comm.rank == 0 and many and not base_cfg.val_fraction:
             print("compare --seeds: no --val-fraction, so the statistics over seeds decide on the test split "
                   "(compare.md says so); add --val-fraction 0.1 to decide on a validation split", file=sys.stderr)
-        return _locked_run_all(base_cfg, comm, runs, out, target, seeds if many else None, within)
+        return _locked_run_all(base_cfg, comm, runs, out, target, seeds if many else None, within, figures)
 
 
-def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within,
+                    figures: bool = True) -> list[dict]:
     """Take the folder's lock, clear it under --overwrite, and train the runs."""
     # Rank 0 takes the folder's lock (OUT/run.lock) for the whole comparison
     # before --overwrite clears anything, so that a second compare into the
@@ -266,7 +269,7 @@ def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds,
         print(f"note: removed the stale lock {lock.path} of process {lock.replaced.get('pid')} on this host, which "
               "no longer runs", flush=True)
     try:
-        return _run_all(base_cfg, comm, runs, out, target, seeds, within)
+        return _run_all(base_cfg, comm, runs, out, target, seeds, within, figures)
     except BaseException:
         if owner is not None and comm.rank != 0:  # rank 0 may be killed by this rank's abort: free its lock
             release_lock_of(out / LOCK, owner)
@@ -276,7 +279,7 @@ def _locked_run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds,
             lock.release()
 
 
-def _run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within) -> list[dict]:
+def _run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within, figures: bool = True) -> list[dict]:
     """Train the runs of :func:`run_compare` one after the other and write the
     report after each (the folder's lock is held by the caller)."""
     from .train import Trainer
@@ -298,7 +301,8 @@ def _run_all(base_cfg, comm, runs: list[tuple], out: Path, target, seeds, within
     if comm.rank == 0:
         from .plots import plot_runs
         text = _write_report(out, summaries, **report)
-        plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
+        if figures:
+            plot_runs([Path(_run_config(base_cfg, e, out, s).out) for e, s in runs], out)
         print("\n" + text, flush=True)
     return summaries
 

@@ -60,6 +60,7 @@ class _RunOptions:
     momentum: float = 0.9
     nesterov: bool = True
     weight_decay: float = 0.0
+    clip_norm: float = 0.0
     schedule: str = "cosine"
     warmup_epochs: float = 0.0
     scale_lr: bool = False
@@ -168,6 +169,9 @@ class TrainConfig(_RunOptions):
         need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")
         need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
         need(self.warmup_epochs >= 0, f"--warmup-epochs must be >= 0, got {self.warmup_epochs}")
+        need(self.clip_norm >= 0 and self.clip_norm != float("inf"),
+             f"--clip-norm must be a finite number >= 0 (the largest global L2 norm of an update direction; "
+             f"0 = no clipping), got {self.clip_norm}")
         need(self.check_replicas >= 0, "--check-replicas must be >= 0 (0 = off)")
         need(self.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = off)")
         need(self.max_steps >= 0, "--max-steps must be >= 0 (0 = no limit)")

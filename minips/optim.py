@@ -1,15 +1,25 @@
-"""SGD with momentum, Nesterov momentum and weight decay; learning-rate schedules.
+"""SGD with momentum, Nesterov momentum, weight decay and global-norm gradient
+clipping; learning-rate schedules.
 
 Update rule (as PyTorch's ``torch.optim.SGD``, Sutskever et al. ICML 2013 for
-Nesterov), for weights ``w`` and a gradient / update direction ``d``::
+Nesterov, after ``torch.nn.utils.clip_grad_norm_`` when ``clip_norm > 0``),
+for weights ``w`` and a gradient / update direction ``d``::
 
+    d = d * min(1, clip_norm / (||d|| + 1e-6))   # only with clip_norm > 0; ||d|| over every parameter
     d = d + weight_decay * w          # L2 penalty, on the fresh weights
     v = momentum * v + d              # heavy-ball buffer (v = d on the first step)
     step = d + momentum * v  if nesterov else  v
     w = w - lr * step
 
 The distributed algorithms call ``apply(w, d)`` with the direction they decided
-on (the averaged gradient, or a predicted one) rather than ``p.grad``.
+on (the averaged gradient, or a predicted one) rather than ``p.grad``, on the
+model's weights as one flat vector, so the norm that clipping uses is the
+global norm over every parameter tensor, as ``clip_grad_norm_``'s. Where that
+direction is the same on every rank (sync and every rule that keeps the
+replicas identical: the averaged gradient, or a forecast made from averages),
+every rank computes the same norm and the same factor, and the replicas stay
+identical; where ranks apply different directions (``local``, local SGD,
+gossip), each rank clips its own.
 """
 from __future__ import annotations
 
@@ -29,13 +39,22 @@ class SGD:
         momentum: heavy-ball coefficient in [0, 1).
         nesterov: use Nesterov momentum (needs momentum > 0).
         weight_decay: L2 coefficient (>= 0).
+        clip_norm: the largest global L2 norm of a direction (> 0), or 0 (the
+            default: no clipping). A direction whose norm over all parameters
+            is above it is scaled down to it before weight decay and momentum,
+            as ``torch.nn.utils.clip_grad_norm_(params, clip_norm)`` does to
+            the gradients before ``optimizer.step()``.
+
+    Attributes:
+        clip_factor: the factor the last direction was scaled by (1.0 when not
+            clipped); ``clips``: how many directions were clipped so far.
 
     Raises:
         ValueError: a hyper-parameter is out of range (the message says which).
     """
 
     def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, clip_norm: float = 0.0):
         if not lr > 0:
             raise ValueError(f"SGD: lr must be > 0, got {lr}")
         if not 0 <= momentum < 1:
@@ -44,8 +63,12 @@ class SGD:
             raise ValueError("SGD: nesterov=True needs momentum > 0")
         if weight_decay < 0:
             raise ValueError(f"SGD: weight_decay must be >= 0, got {weight_decay}")
+        if not (math.isfinite(clip_norm) and clip_norm >= 0):
+            raise ValueError(f"SGD: clip_norm must be a finite number >= 0 (0 = no clipping), got {clip_norm}")
         self.params = list(params)
         self.lr, self.momentum, self.nesterov, self.weight_decay = lr, momentum, nesterov, weight_decay
+        self.clip_norm = float(clip_norm)
+        self.clip_factor, self.clips = 1.0, 0
         self.base_lr = lr
         self.buffers: list[np.ndarray | None] = [None] * len(self.params)
 
@@ -61,8 +84,50 @@ class SGD:
         self.params = list(params)
         self.buffers = [None] * len(self.params)
 
+    def clip_coefficient(self, directions) -> float:
+        """The factor ``min(1, clip_norm / (norm + 1e-6))`` for these directions
+        (arrays, one per parameter; ``norm`` is the L2 norm of all of them
+        together: each array's squared norm is one BLAS dot product in the
+        array's dtype, summed in float64), as ``torch.nn.utils.clip_grad_norm_``
+        computes it; 1.0 when ``clip_norm`` is 0. A NaN norm gives a NaN factor
+        and an infinite one 0, as in torch (without ``error_if_nonfinite``): a
+        diverged direction is not hidden, the run stops on its loss."""
+        if not self.clip_norm:
+            return 1.0
+        sq = sum(float(np.dot(a.ravel(), a.ravel())) for a in directions if a is not None)
+        c = self.clip_norm / (math.sqrt(sq) + 1e-6)
+        return c if math.isnan(c) else min(1.0, c)
+
+    def clip(self, d: np.ndarray) -> np.ndarray:
+        """``d`` scaled to norm ``clip_norm`` when its norm is larger (a new array;
+        ``d`` itself when nothing is clipped). For an algorithm that owns the
+        optimizer step (pseudo-sync's ``spike``) and applies the rule itself.
+        Records :attr:`clip_factor` and counts :attr:`clips`."""
+        c = self.clip_coefficient([d])
+        self.clip_factor = c
+        if c < 1.0:
+            self.clips += 1
+            return (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype, copy=False)
+        return d
+
     def apply(self, i: int, w: np.ndarray, d: np.ndarray) -> None:
-        """Update ``w`` (parameter ``i``'s array) in place with direction ``d``."""
+        """Update ``w`` (parameter ``i``'s array) in place with direction ``d``.
+
+        With ``clip_norm`` > 0 and more than one parameter, call :meth:`step`
+        (the norm must cover every parameter); the algorithms hold one flat
+        parameter, so ``d`` is the whole direction.
+
+        Raises:
+            RuntimeError: clipping asked of one of several parameters.
+        """
+        if self.clip_norm:
+            if len(self.params) > 1:
+                raise RuntimeError("SGD.apply clips by the norm of one parameter's direction, but clip_norm needs "
+                                   "the norm over all of them: call step(directions) instead")
+            d = self.clip(d)
+        self._apply(i, w, d)
+
+    def _apply(self, i: int, w: np.ndarray, d: np.ndarray) -> None:
         if self.weight_decay:
             d = d + self.weight_decay * w
         if self.momentum:
@@ -82,10 +147,13 @@ class SGD:
             directions: optional list of arrays (one per parameter) to use
                 instead of the gradients.
         """
-        for i, p in enumerate(self.params):
-            d = p.grad if directions is None else directions[i]
+        ds = [p.grad if directions is None else directions[i] for i, p in enumerate(self.params)]
+        c = self.clip_coefficient(ds)  # one global norm over every parameter, as clip_grad_norm_
+        self.clip_factor = c
+        self.clips += c < 1.0
+        for i, (p, d) in enumerate(zip(self.params, ds)):
             if d is not None:
-                self.apply(i, p.data, d)
+                self._apply(i, p.data, d if c >= 1.0 else (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype))
 
     def zero_grad(self) -> None:
         """Zero the gradients in place."""
@@ -96,7 +164,7 @@ class SGD:
     def state_dict(self) -> dict:
         """Hyper-parameters and momentum buffers (copies)."""
         return {"lr": self.lr, "momentum": self.momentum, "nesterov": self.nesterov,
-                "weight_decay": self.weight_decay,
+                "weight_decay": self.weight_decay, "clip_norm": self.clip_norm, "clips": self.clips,
                 "buffers": [None if b is None else b.copy() for b in self.buffers]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -113,6 +181,7 @@ class SGD:
             if b is not None and np.shape(b) != p.shape:
                 raise ValueError(f"SGD state buffer {i} has shape {np.shape(b)}, parameter has {p.shape}")
         self.lr = state["lr"]
+        self.clips = int(state.get("clips", 0))  # a checkpoint from before clipping existed: none
         self.buffers = [None if b is None else np.array(b, dtype=p.dtype) for b, p in zip(bufs, self.params)]
 
 

@@ -52,6 +52,8 @@ UNITS = {
                       "use: the ranks took turns, so the timings are not comparable",
     "test_accuracy": "fraction 0..1",
     "lr": "base learning rate (before schedule and scaling)",
+    "clip_norm": "--clip-norm: the largest global L2 norm of an update direction (0: no clipping)",
+    "clipped_steps": "per rank, how many of its update directions the optimizer clipped (--clip-norm)",
     "cpu": "rank 0's CPU: model name, vendor family and model numbers, widest vector instruction set, cores",
     "load_average_end": "the 1, 5 and 15 minute load averages of rank 0's machine when the run ended",
 }
@@ -107,6 +109,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "steps": trainer.global_step, "batch_size_per_rank": trainer.batch_size,
         "global_batch_size": int(comm.allreduce_scalar(trainer.batch_size)),
         "samples_per_step": samples_per_step, "lr": cfg.lr, "val_fraction": cfg.val_fraction,
+        "clip_norm": cfg.clip_norm, "clipped_steps": comm.allgather(int(trainer.optimizer.clips)),
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "wall_time_s": wall_before + wall,
         "images_per_s": samples_per_step / step_time if step_time else None,

@@ -95,7 +95,7 @@ class Trainer:
         self.model = build_model(cfg.model, self.task)
         lr = cfg.lr * (comm.size if cfg.scale_lr else 1)
         self.optimizer = SGD(self.model.parameters(), lr=lr, momentum=cfg.momentum,
-                             nesterov=cfg.nesterov, weight_decay=cfg.weight_decay)
+                             nesterov=cfg.nesterov, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
         self.algo = self.spec.build(self.model.parameters(), self.optimizer, comm)
         if cfg.check_replicas and not self.algo.replicated:
             raise ConfigError(f"--check-replicas compares weight hashes across ranks, but {self.spec.label} lets "

@@ -68,7 +68,7 @@ def run_specs(specs, P, out) -> dict:
     from minips.checkpoint import load
     from minips.cli import main
     args = ["compare", "--model", "mlp", "--data", "fashion-mnist-mini", "--epochs", "1",
-            "--max-steps", str(STEPS), "--batch-size", "16", "--seed", "0", "--quiet", "--no-trace",
+            "--max-steps", str(STEPS), "--batch-size", "16", "--seed", "0", "--quiet", "--no-trace", "--no-figures",
             "--checkpoint-every", str(STEPS), "--out", str(out), "--algos", ",".join(specs)]
     if P > 1:
         args += ["--virtual-ranks", str(P)]

@@ -68,6 +68,29 @@ def mpi_jobs_share_the_cores(request, tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def signal_handlers_are_put_back(request):
+    """A test (or the minips code it runs in this process) that leaves SIGINT,
+    SIGTERM or SIGUSR1 handled otherwise than it found them would change what
+    the next tests in this worker see (one suite run found SIGINT ignored in a
+    later test of tests/test_virtual.py): the handlers are put back after each
+    test, with a warning naming the test, so the summary shows where."""
+    import signal
+    import warnings
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    before = {s: signal.getsignal(s) for s in sigs}
+    yield
+    import threading
+    if threading.current_thread() is not threading.main_thread():  # pragma: no cover - pytest runs tests in it
+        return
+    for s in sigs:
+        now = signal.getsignal(s)
+        if now is not before[s]:
+            signal.signal(s, before[s])
+            warnings.warn(f"{request.node.nodeid} left {signal.Signals(s).name} handled by {now!r} "
+                          f"(was {before[s]!r}): put back")
+
+
 def pytest_ignore_collect(collection_path, config):
     """The notebook tests (marker ``notebooks``, the notebooks extra) are
     collected only when ``-m`` names them (as .ci/run does): the default run's
@@ -295,6 +318,7 @@ def cli_on_ranks(n, args, timeout=120, mpi=False):
 WARM_KERNELS = (
     [["train", "--model", "convnet", "--epochs", "1", "--max-steps", "2", "--batch-size", "16"]],
     [["compare", "--model", "mlp", "--epochs", "1", "--max-steps", "2", "--batch-size", "16", "--virtual-ranks", "2",
+      "--no-figures",
       "--algos", "sync,pseudo-sync:predictor=local,pseudo-sync:predictor=adaptive,"
                  "pseudo-sync:predictor=adaptive-local,pseudo-sync:predictor=spike,qsgd,topk-sgd,powersgd,gs-sgd,"
                  "choco-sgd,dng,pqasgd"],

@@ -292,10 +292,12 @@ def test_cli_train_writes_bleu_and_exact_match(tmp_path):
     # The data set is generated from a copy of the mini set, so its cache goes to tmp_path.
     shutil.copy(MINI, tmp_path / "fashion-mnist-mini.h5")
     r = _cli(["train", "--model", "captioner", "--data", "moving-fmnist-captions", "--algo", "sync",
-              "--epochs", "1", "--max-steps", "3", "--batch-size", "8", "--out", str(tmp_path / "run"), "--quiet"],
+              "--epochs", "1", "--max-steps", "3", "--batch-size", "8", "--out", str(tmp_path / "run"), "--quiet",
+              "--clip-norm", "0.01"],  # the LSTM's global-norm clipping (issue 43): every direction clipped
              env={"MINIPS_DATA_DIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     for k in ("bleu", "exact_match", "token_accuracy", "test_loss"):
         assert isinstance(summary[k], float), k
+    assert summary["clip_norm"] == 0.01 and summary["clipped_steps"] == [3]
     assert list((tmp_path / "cache").glob("moving-fmnist-captions_*.h5"))

@@ -200,7 +200,7 @@ def test_bytes_per_step_equal_the_payload_sizes(tmp_path):
     }
     out = tmp_path / "runs"
     proc = cli_on_ranks(2, ["compare", "--model", "mlp", "--quiet", "--max-steps", "3", "--check-replicas", "1",
-                            "--algos", ",".join(want), "--out", out], timeout=150)
+                            "--algos", ",".join(want), "--no-figures", "--out", out], timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = find_runs([out])
     assert len(runs) == len(want)

@@ -234,7 +234,8 @@ def test_ctrl_c_while_starting_one_process_is_one_line(late, monkeypatch, capsys
 
 # --- compare: every entry checked first; what finished is reported --------------------------------------
 
-CMP = ["compare", "--model", "mlp", "--epochs", "1", "--quiet", "--max-steps", "2", "--batch-size", "500"]
+CMP = ["compare", "--model", "mlp", "--epochs", "1", "--quiet", "--max-steps", "2", "--batch-size", "500",
+       "--no-figures"]
 
 
 def test_compare_checks_every_entry_before_the_first_run(tmp_path, capsys):

@@ -92,7 +92,7 @@ def _finished_run(folder: Path) -> dict:
     return files
 
 
-COMPARE = ["compare", "--algos", "sync,local-sgd", "--seeds", "0,1", "--overwrite", *TINY]
+COMPARE = ["compare", "--algos", "sync,local-sgd", "--seeds", "0,1", "--overwrite", "--no-figures", *TINY]
 
 
 def test_compare_seeds_overwrite_refuses_a_folder_whose_run_is_in_progress(tmp_path):
@@ -132,7 +132,7 @@ def test_a_compare_holds_its_folders_lock_while_it_runs_and_removes_it(tmp_path,
         seen.append(json.loads((out / rundir.LOCK).read_text())["pid"])
         return run(self)
     monkeypatch.setattr(Trainer, "run", spy)
-    r = cli_on_ranks(2, ["compare", "--algos", "sync", *TINY, "--out", out])
+    r = cli_on_ranks(2, ["compare", "--algos", "sync", "--no-figures", *TINY, "--out", out])
     assert r.returncode == 0, r.stderr
     assert seen == [os.getpid()] * 2  # each rank's run, under the compare's lock
     assert not (out / rundir.LOCK).exists() and (out / "compare.json").exists()

@@ -140,7 +140,7 @@ def test_training_hierarchical_equals_flat_and_keeps_replicas_identical(tmp_path
         out = tmp_path / mode
         r = cli_on_ranks(4, ["compare", "--model", "mlp", "--epochs", "1", "--max-steps", "6", "--algos", algos,
                              "--batch-size", "16", "--quiet", "--check-replicas", "1", "--ranks-per-node", "2",
-                             "--allreduce", mode, "--out", str(out)])
+                             "--allreduce", mode, "--no-figures", "--out", str(out)])
         assert r.returncode == 0, r.stderr
         got[mode] = {s: json.loads(p.read_text()) for s in algos.split(",")
                      for p in out.glob("*/summary.json") if json.loads(p.read_text())["algo_spec"] == s}

@@ -189,7 +189,8 @@ def test_compare_seeds_report_and_refusals(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", "--model", "mlp", "--epochs", "1", "--batch-size", "500", "--val-fraction", "0.1",
                  "--algos", "sync,pseudo-sync:adaptive", "--seeds", "0,1", "--within", "0.5", "--quiet",
-                 "--out", str(out)]) == 0
+                 "--no-figures", "--out", str(out)]) == 0
+    assert not list(out.glob("*.png")), "compare --no-figures drew figures"
     text = (out / "compare.md").read_text()
     assert "seeds 0, 1" in text and "## over seeds" in text and "## against sync, paired by seed" in text
     assert "## seed 0" in text and "## seed 1" in text

@@ -139,13 +139,19 @@ def test_sigint_before_the_stop_protocol_ends_every_rank():
         if c.rank == 0:
             time.sleep(3)  # computing when the signal comes: it ends at its next call
         c.barrier()  # the others wait here
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        virtual.run(3, rank)
-    assert time.perf_counter() - t0 < 20 and no_rank_threads_left()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the handler a Python program starts with, whatever an earlier test in this worker left (one
+    # run found SIG_IGN here): the job must put back the handler it found
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            virtual.run(3, rank)
+        assert time.perf_counter() - t0 < 20 and no_rank_threads_left()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, found)
 
 
 def test_a_signal_reaches_every_rank_stop_protocol():

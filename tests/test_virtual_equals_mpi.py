@@ -39,16 +39,17 @@ EVERY.update({
 })
 
 
-def compare_args(out, algos, steps, *extra, checkpoint=True):
+def compare_args(out, algos, steps, *extra, checkpoint=True, batch=16):
     """``checkpoint``: write each run's final state once (10,000 steps between checkpoints is more than
     any run here has), for :func:`weights`; without it none (each rank's 8-rank state costs more than
     its steps)."""
     return ["compare", "--model", "mlp", "--epochs", "1", "--max-steps", str(steps), "--algos", ",".join(algos),
-            "--batch-size", "16", "--quiet", "--checkpoint-every", "10000" if checkpoint else "0", "--out", str(out),
+            "--batch-size", str(batch), "--quiet", "--no-figures", "--checkpoint-every", "10000" if checkpoint else "0",
+            "--out", str(out),
             *extra]
 
 
-def run_both(P, algos, steps, tmp_path, timeout=600, checkpoint=True):
+def run_both(P, algos, steps, tmp_path, timeout=600, checkpoint=True, batch=16):
     """(virtual summaries, MPI summaries) of one compare, in the order of ``algos``."""
     from minips.cli import main
     exe = shutil.which("mpiexec")
@@ -56,10 +57,11 @@ def run_both(P, algos, steps, tmp_path, timeout=600, checkpoint=True):
         pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
     with cores_for_ranks(P):  # the tests' mpi marks say lock="in test": the virtual run below needs no lock
         proc = subprocess.run([exe, "-n", str(P), sys.executable, "-m", "minips",
-                               *compare_args(tmp_path / "mpi", algos, steps, checkpoint=checkpoint)],
+                               *compare_args(tmp_path / "mpi", algos, steps, checkpoint=checkpoint, batch=batch)],
                               capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert main(compare_args(tmp_path / "virtual", algos, steps, "--virtual-ranks", str(P), checkpoint=checkpoint)) == 0
+    assert main(compare_args(tmp_path / "virtual", algos, steps, "--virtual-ranks", str(P), checkpoint=checkpoint,
+                             batch=batch)) == 0
     return [json.loads((tmp_path / side / "compare.json").read_text()) for side in ("virtual", "mpi")]
 
 
@@ -113,7 +115,8 @@ def test_virtual_equals_mpiexec_bitwise_at_P4(tmp_path):
 
 @pytest.mark.mpi(ranks=4, lock="in test")
 def test_an_mlp_epoch_on_4_virtual_ranks_reaches_the_mpi_test_accuracy(tmp_path):
-    virt, mpi = run_both(4, ["sync", "pseudo-sync:predictor=local"], 0, tmp_path)
+    # batch 64 per rank: a whole epoch of the mini set in 24 steps
+    virt, mpi = run_both(4, ["sync", "pseudo-sync:predictor=local"], 0, tmp_path, batch=64)
     for v, m in zip(virt, mpi):
         assert v["epochs"] == m["epochs"] == 1
         assert v["test_accuracy"] == m["test_accuracy"] > 0.7, v["label"]

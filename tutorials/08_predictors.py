@@ -537,7 +537,8 @@ print(f"laboratory (P = 4, batch 8): lambda settles at {np.mean(sims['adaptive-l
 # %%
 cmp_dir = OUT / "compare"
 fast_args = ["--max-steps", "8"] if FAST else []
-mpiexec(2, ["-m", "minips", "compare", "--model", "convnet", "--epochs", "1", "--network", "1gbe",
+model = pick("convnet", "mlp")  # fast mode (the tests): the MLP, whose kernels load in a fraction of the time
+mpiexec(2, ["-m", "minips", "compare", "--model", model, "--epochs", "1", "--network", "1gbe",
             "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2,pseudo-sync:local:2,"
             "pseudo-sync:adaptive-local:2",
             "--out", cmp_dir, "--overwrite", "--quiet",
@@ -561,7 +562,7 @@ config.write_text('label = "pseudo-sync:adaptive:2, lambda0=1, h_max=50"\n\n'
                   '[predictor_options]\nlambda0 = 1.0\nh_max = 50.0\n')
 print(config.read_text())
 l1_dir = OUT / "adaptive-lambda1"
-mpiexec(2, ["-m", "minips", "train", "--config", config, "--model", "convnet", "--epochs", "1", "--network", "1gbe",
+mpiexec(2, ["-m", "minips", "train", "--config", config, "--model", model, "--epochs", "1", "--network", "1gbe",
             "--algo", "pseudo-sync", "--predictor", "adaptive", "--staleness", "2", "--out", l1_dir,
             "--overwrite", "--quiet",
             *fast_args], quiet=True)

@@ -84,7 +84,8 @@ class SpikeCompensation(Predictor):
         w <- w - lr (mu^(k+1) v + (1 - mu^(k+1)) / (1 - mu) G)
 
     (k = 0 gives mu v + G: Nesterov itself.) Weight decay, if any, is added to G
-    first (``G + wd w_t``), as minips.optim does, and compensated with it.
+    first (``G + wd w_t``), as minips.optim does, and compensated with it; with
+    ``--clip-norm`` G is clipped before that, as the optimizer's own step does.
 
     Linear weight prediction (LWP, ``lwp = c > 0``): the gradient of step t is
     computed at ``w_t + c (w_t - w_{t-1})``, where ``w_t - w_{t-1}`` is the last
@@ -134,6 +135,7 @@ class SpikeCompensation(Predictor):
         if not self.sc or not mu:  # no momentum: nothing to compensate
             optimizer.apply(0, w, d)
         else:
+            d = optimizer.clip(d)                  # --clip-norm, as in the optimizer's own step
             if optimizer.weight_decay:
                 d = d + np.float32(optimizer.weight_decay) * w
             v = optimizer.buffers[0]

@@ -39,8 +39,9 @@ class DNG(GossipAlgorithm):
 
     This rule REPLACES the optimizer's step: the Trainer's ``--momentum``,
     ``--nesterov`` and ``--weight-decay`` are not used (the optimizer's buffer
-    stays empty). With P = 1, ``rule=constant`` and a constant step size (``c``
-    > 0, or ``c`` = 0 with ``--schedule constant``) it is Nesterov SGD
+    stays empty); ``--clip-norm`` is (the gradient g is clipped first). With
+    P = 1, ``rule=constant`` and a constant step size (``c`` > 0, or ``c`` = 0
+    with ``--schedule constant``) it is Nesterov SGD
     (``SGD(lr=c, momentum=beta, nesterov=True)``, whose weights are y; tested).
     With a schedule (the default is cosine) it is not: D-NG scales each
     gradient by its own step's alpha and carries that in ``x^k - x^{k-1}``
@@ -119,7 +120,7 @@ class DNG(GossipAlgorithm):
     def step(self) -> None:
         k = self.step_count                                 # this step computes x^{k+1}, y^{k+1}
         alpha, beta = self.coefficients(k)
-        x, g = self.flat.weights, self.flat.grads[0]
+        x, g = self.flat.weights, self.optimizer.clip(self.flat.grads[0])  # --clip-norm, as in the optimizer
         with self.timer.phase("mix"):
             my = self.mixer.mixed(self.y, k)                # sum_j W_ij y_j
         with self.timer.phase("update"):
