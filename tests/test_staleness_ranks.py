@@ -60,6 +60,8 @@ def test_a_correction_weight_trades_the_mean_loop_for_the_deviation_loop():
     w_row = np.array([1.0, -x * (1 + MU), -MU * MU])           # w' = w - (d + mu v'), d = x w_{t-1}, v' = mu v + d
     np.testing.assert_allclose(A[0], w_row, atol=1e-12)
     assert stability_weight(1) == 0.625
+    from minips.labs.staleness import weights_table
+    assert "| 0.625 | 1.127 | 1.086 | 1.086 |" in weights_table(lams=(0.625,))  # docs/accuracy.md section 11
     best = largest_stable_steps(1, MU, True, lam=0.625)
     assert min(best["weighted_mean"], best["weighted_deviation"]) == pytest.approx(1.09, abs=0.01)
 

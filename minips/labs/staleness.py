@@ -21,7 +21,8 @@ synchronous SGD (every rank applies the average at once). :func:`largest_stable_
 largest stable ``h * lr`` on ``f(w) = h w^2 / 2`` from the transition matrices, for sync and for the
 *differences between ranks* under ``local``; :func:`largest_stable_lr` finds the largest stable
 learning rate of a simulation by bisection, and :func:`ranks_table` prints docs/accuracy.md's
-table of both (``python -m minips.labs.staleness ranks``).
+table of both (``python -m minips.labs.staleness ranks``); :func:`weights_table` the table of a
+correction weight's two loops (``python -m minips.labs.staleness weights``).
 
 Why the differences between ranks matter: on a quadratic with every rank's gradient
 ``g^i = h w^i + xi^i`` (xi^i: rank i's batch noise), ``local``'s direction
@@ -57,7 +58,7 @@ from ..distributed.algorithms.predictors import Predictor, make_predictor
 
 __all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd", "simulate_ranks", "largest_stable_lr",
            "largest_stable_steps", "sync_transition", "deviation_transition", "mean_transition", "stability_weight",
-           "ranks_table"]
+           "ranks_table", "weights_table"]
 
 
 @dataclass
@@ -375,6 +376,21 @@ def ranks_table(Ps=(1, 4, 16, 64), batches=(16, 256), steps: int = 400, seeds=(0
     return "\n".join(lines)
 
 
+def weights_table(k: int = 1, mu: float = 0.9, lams=(1.0, 0.9, 0.75, 0.625, 0.5, 0.25, 0.0)) -> str:
+    """docs/accuracy.md section 11's table: for a correction weight ``lambda`` (``d = G_{t-k} +
+    lambda (g_t - g_{t-k})``), the largest stable ``h * lr`` of the ranks' mean and of a rank's
+    difference from it, noise-free, Nesterov ``mu``; and :func:`stability_weight`."""
+    lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr (sync {largest_stable_steps(k, mu)['synchronous']:.3f}); "
+             f"stability weight {stability_weight(k, mu):.4f}", "",
+             "| lambda | ranks' mean | a rank's difference | the smaller |", "|---:|---:|---:|---:|"]
+    for lam in lams:
+        t = largest_stable_steps(k, mu, True, lam=lam)
+        m, d = t["weighted_mean"], t["weighted_deviation"]
+        dev = "no limit (lambda = 0: no step)" if lam == 0 else f"{d:.3f}"
+        lines.append(f"| {lam:g} | {m:.3f} | {dev} | {min(m, d):.3f} |")
+    return "\n".join(lines)
+
+
 class _Flat:
     """A bare parameter for the optimizer: the weight vector itself."""
 
@@ -409,4 +425,5 @@ def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
 
 if __name__ == "__main__":
     import sys
-    print(ranks_table() if sys.argv[1:] == ["ranks"] else comparison_table())
+    cmd = sys.argv[1:]
+    print(ranks_table() if cmd == ["ranks"] else weights_table() if cmd == ["weights"] else comparison_table())
