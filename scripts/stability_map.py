@@ -156,10 +156,31 @@ def load_config(path: Path, rules: list[str] | None = None) -> dict:
 
 def outcome(summary: dict, chance: float) -> str:
     """``trains``, ``diverged`` (stopped on a non-finite loss) or ``collapsed``
-    (finished with validation accuracy below ``chance``)."""
+    (finished with validation accuracy below ``chance``).
+
+    Raises:
+        MapError: the summary is of a run that did not finish (a stop signal
+            ended it: ``stopped``; or it has no validation accuracy).
+    """
     if summary.get("status") == "diverged":
         return "diverged"
+    if summary.get("stopped") or summary.get("val_accuracy") is None:
+        raise MapError(f"a run that did not finish (stopped: {summary.get('stopped')}, after "
+                       f"{summary.get('steps')} steps, no validation accuracy) is not a map cell: delete its raw "
+                       "folder and run the map again")
     return "collapsed" if summary["val_accuracy"] < chance else "trains"
+
+
+def stopped_early(summary_path: Path) -> str | None:
+    """Why a run whose process exited 0 did not reach its last step, or None:
+    ``minips train`` stops on SIGTERM, SIGINT or SIGUSR1 with a checkpoint and
+    exit status 0 and marks its summary ``stopped`` (docs/runs.md)."""
+    if not summary_path.exists():
+        return None
+    s = json.loads(summary_path.read_text())
+    if s.get("stopped"):
+        return f"stopped ({s['stopped']}) at step {s.get('steps')}"
+    return None
 
 
 def diverged_step(summary: dict) -> int | None:
@@ -312,6 +333,10 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool, fig
     if rec["status"] not in ("ok", "diverged"):
         log(f"{cell}: {rec['status']} after {wall:.0f} s (not copied; rerun to retry): {rec.get('message')}")
         return rec["status"]
+    stopped = stopped_early(run_dir / "summary.json")
+    if stopped:  # exit status 0, but a stop signal ended it before its last step: not a finished cell
+        log(f"{cell}: {stopped} after {wall:.0f} s (not copied; rerun to run it again)")
+        return "stopped"
     dest = raw / cell.rel
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -37,6 +37,26 @@ def test_a_collapse_is_a_failure_not_an_accuracy(sm):
     assert sm.cell_outcome({0: {"outcome": "collapsed", "val": 0.1}}) == "fails"
 
 
+def test_a_run_stopped_by_a_signal_is_not_a_cell(sm, tmp_path, monkeypatch):
+    """`minips train` ends with status 0 on a stop signal (a checkpoint is kept): the driver must not
+    copy it as a finished cell (one was, with no validation accuracy, and crashed the report)."""
+    with pytest.raises(sm.MapError, match="did not finish"):
+        sm.outcome({"stopped": "signal", "steps": 23, "val_accuracy": None}, 0.11)
+    cfg, raw, out = _cfg(sm, tmp_path), tmp_path / "raw", tmp_path / "out"
+    cell = sm.Cell("sync", 16, 0.32, 0)
+    import minips.bench.study.runner as runner
+
+    def stopped_run(spec, root, grid, launcher, say):
+        d = spec.out(root)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"stopped": "signal", "steps": 23}))
+        return {"status": "ok"}
+    monkeypatch.setattr(runner, "run_one", stopped_run)
+    lines = []
+    assert sm.run_cell(cfg, cell, out, raw, lines.append, commit=False) == "stopped"
+    assert not (raw / cell.rel).exists() and "stopped (signal) at step 23" in lines[-1]
+
+
 def _cfg(sm, tmp_path):
     f = tmp_path / "grid.toml"
     f.write_text('ranks = [16, 32]\nrules = ["sync", "pseudo-sync:local:1"]\nseeds = [0]\nboundary_seeds = [1]\n'
