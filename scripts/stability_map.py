@@ -335,7 +335,9 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool, fig
         return rec["status"]
     stopped = stopped_early(run_dir / "summary.json")
     if stopped:  # exit status 0, but a stop signal ended it before its last step: not a finished cell
-        log(f"{cell}: {stopped} after {wall:.0f} s (not copied; rerun to run it again)")
+        shutil.rmtree(run_dir)  # else the next attempt would find its summary and take it as finished
+        log(f"{cell}: {stopped} after {wall:.0f} s (not copied, its run folder removed: the next worker to "
+            "start trains it from the start)")
         return "stopped"
     dest = raw / cell.rel
     tmp = dest.with_name(dest.name + ".tmp")

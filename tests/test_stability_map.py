@@ -55,6 +55,7 @@ def test_a_run_stopped_by_a_signal_is_not_a_cell(sm, tmp_path, monkeypatch):
     lines = []
     assert sm.run_cell(cfg, cell, out, raw, lines.append, commit=False) == "stopped"
     assert not (raw / cell.rel).exists() and "stopped (signal) at step 23" in lines[-1]
+    assert not (out / cell.rel / "run").exists()  # the next attempt trains it again, not finds it "finished"
 
 
 def _cfg(sm, tmp_path):

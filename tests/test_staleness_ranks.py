@@ -21,6 +21,49 @@ def test_largest_stable_steps_match_the_closed_forms():
     assert largest_stable_steps(2)["local_deviation"] == pytest.approx(0.5934, abs=1e-3)
 
 
+def _run(direction, x, steps=3000):
+    """The size of the last step after ``steps`` of Nesterov SGD (lr = 1, mu = 0.9, as
+    minips.optim.SGD) with the direction ``x * direction(w, t)``, from w_0 = 0, w_1 = 1 (the
+    deviation loop keeps any constant offset, so its steps, not w, tell decay from growth)."""
+    w, v = [0.0, 1.0], 0.0
+    for _ in range(steps):
+        d = x * direction(w, len(w) - 1)
+        v = MU * v + d
+        w.append(w[-1] - (d + MU * v))
+        if abs(w[-1]) > 1e6:
+            break
+    return abs(w[-1] - w[-2])
+
+
+def test_a_correction_weight_trades_the_mean_loop_for_the_deviation_loop():
+    """The two loops of d = G_{t-k} + lam (g_t - g_{t-k}) (issue 43): lam = 1 is local (the mean
+    loop is sync's, 1.357; the deviation loop local's, 0.679); the deviation loop's step scales
+    as 1 / lam (its direction is lam times local's); lam = 0 leaves the naive stale update,
+    whose mean loop is last's (the k = 1 Nesterov threshold of the stale update, below sync's);
+    the weight that maximizes the smaller of the two is 0.625, where both hold to about 1.09."""
+    from minips.labs.staleness import mean_transition, stability_weight
+    one = largest_stable_steps(1, MU, True, lam=1.0)
+    assert one["weighted_mean"] == pytest.approx(one["synchronous"], abs=1e-5)
+    assert one["weighted_deviation"] == pytest.approx(one["local_deviation"], abs=1e-5)
+    for lam in (0.5, 0.625, 0.8):
+        w = largest_stable_steps(1, MU, True, lam=lam)
+        assert w["weighted_deviation"] == pytest.approx(one["local_deviation"] / lam, abs=1e-5)
+        # the thresholds, checked by running the two recursions with the optimizer's rule itself:
+        # decays just below, grows just above
+        for loop, direction in (("weighted_mean", lambda w, i: lam * w[i] + (1 - lam) * w[i - 1]),
+                                ("weighted_deviation", lambda w, i: lam * (w[i] - w[i - 1]))):
+            thr = w[loop]
+            assert _run(direction, 0.97 * thr) < 1e-3 and _run(direction, 1.03 * thr) > 1e3, (lam, loop)
+    # lam = 0: the mean steps along G_{t-1} alone; its matrix is the naive stale update's, by hand
+    x = 0.3
+    A = mean_transition(x, 1, 0.0)
+    w_row = np.array([1.0, -x * (1 + MU), -MU * MU])           # w' = w - (d + mu v'), d = x w_{t-1}, v' = mu v + d
+    np.testing.assert_allclose(A[0], w_row, atol=1e-12)
+    assert stability_weight(1) == 0.625
+    best = largest_stable_steps(1, MU, True, lam=0.625)
+    assert min(best["weighted_mean"], best["weighted_deviation"]) == pytest.approx(1.09, abs=0.01)
+
+
 @pytest.fixture(scope="module")
 def problem():
     p = LeastSquares()

@@ -32,6 +32,18 @@ rank's difference from the mean, ``e^i = w^i - w-bar``, follows
 rule of its own, stable only up to ``h * lr`` = (1 + mu) / (1 + 2 mu) = 0.679 for k = 1 (half of
 sync's), 0.593 for k = 2. With every rank on the same data the differences are zero and never
 show; any per-rank noise excites them, and above that step they grow geometrically.
+
+A correction weight (issue 43's second candidate, docs/accuracy.md section 11): with
+``d^i_t = G_{t-k} + lambda (g^i_t - g^i_{t-k})`` (``adaptive-local`` with its confidence held at
+``lambda``) two loops run at once. The ranks' mean steps along ``lambda G_t + (1 - lambda) G_{t-k}``,
+part fresh and part k steps stale (:func:`mean_transition`: ``lambda = 1`` is sync, 0 the naive
+stale update ``last``); a rank's difference from the mean along ``lambda h (e^i_t - e^i_{t-k})``
+plus noise (:func:`deviation_transition` with ``lam``), whose largest stable step is ``1 / lambda``
+times ``local``'s. The first loop wants ``lambda`` near 1, the second small;
+:func:`stability_weight` is the ``lambda`` that maximizes the smaller of the two largest stable
+steps, noise-free (0.625 for k = 1 and Nesterov 0.9, where both loops hold to about 1.09 against
+``local``'s 0.679: :func:`largest_stable_steps`). Whether that carries over to a network trained
+with noise is what the screen measures. (Our analysis: no paper gives this weight.)
 """
 from __future__ import annotations
 
@@ -44,7 +56,8 @@ from ..optim import SGD
 from ..distributed.algorithms.predictors import Predictor, make_predictor
 
 __all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd", "simulate_ranks", "largest_stable_lr",
-           "largest_stable_steps", "sync_transition", "deviation_transition", "ranks_table"]
+           "largest_stable_steps", "sync_transition", "deviation_transition", "mean_transition", "stability_weight",
+           "ranks_table"]
 
 
 @dataclass
@@ -250,15 +263,17 @@ def sync_transition(x: float, mu: float = 0.9, nesterov: bool = True) -> np.ndar
     return np.array([w_new, v_new])
 
 
-def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
+def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool = True,
+                         lam: float = 1.0) -> np.ndarray:
     """A rank's difference from the ranks' mean under ``local`` on ``f = h w^2 / 2``
     (lr = 1, h = x), without the noise that drives it: the direction is
-    ``x (e_t - e_{t-k})``. The state is (s_{t-1}, ..., s_{t-k}, v_t) with s the
-    steps e_{j+1} - e_j (the difference itself is their sum, so a constant offset,
-    which the rule neither restores nor grows, is left out)."""
+    ``lam x (e_t - e_{t-k})`` (``lam``: the correction weight; 1 is ``local``).
+    The state is (s_{t-1}, ..., s_{t-k}, v_t) with s the steps e_{j+1} - e_j (the
+    difference itself is their sum, so a constant offset, which the rule neither
+    restores nor grows, is left out). float64 (k + 1, k + 1)."""
     n = k + 1
     d = np.zeros(n)
-    d[:k] = x                                    # e_t - e_{t-k} = s_{t-1} + ... + s_{t-k}
+    d[:k] = lam * x                              # e_t - e_{t-k} = s_{t-1} + ... + s_{t-k}
     v_new = mu * np.eye(n)[k] + d
     step = -(d + mu * v_new) if nesterov else -v_new
     A = np.zeros((n, n))
@@ -267,6 +282,51 @@ def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool =
         A[i] = np.eye(n)[i - 1]
     A[k] = v_new
     return A
+
+
+def mean_transition(x: float, k: int = 1, lam: float = 1.0, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
+    """The ranks' mean under a correction weight ``lam`` on ``f = h w^2 / 2`` (lr = 1,
+    h = x): its direction is ``lam x w_t + (1 - lam) x w_{t-k}``; the state is
+    (w_t, w_{t-1}, ..., w_{t-k}, v_t). ``lam = 1`` is synchronous SGD (:func:`sync_transition`
+    with k delayed copies), ``lam = 0`` the naive stale update. float64 (k + 2, k + 2)."""
+    n = k + 2
+    d = np.zeros(n)
+    d[0] += lam * x
+    d[k] += (1 - lam) * x                        # the direction, a row over the state
+    v_new = mu * np.eye(n)[n - 1] + d
+    A = np.zeros((n, n))
+    A[0] = np.eye(n)[0] - (d + mu * v_new if nesterov else v_new)
+    for j in range(1, k + 1):
+        A[j, j - 1] = 1                          # the older weights shift down
+    A[n - 1] = v_new
+    return A
+
+
+def _first_unstable(matrix, hi: float = 8.0, grid: int = 800) -> float:
+    """The largest x below which ``matrix`` has spectral radius < 1 on all of (0, x): a scan for the
+    first unstable point (the radius of a mixed fresh and stale direction is not monotonic in x),
+    then bisection to 1e-7."""
+    def stable(x):
+        return max(abs(np.linalg.eigvals(matrix(x)))) < 1
+    xs = np.linspace(hi / grid, hi, grid)
+    bad = next((i for i, x in enumerate(xs) if not stable(x)), None)
+    if bad is None:
+        return hi
+    lo, up = (0.0 if bad == 0 else xs[bad - 1]), xs[bad]
+    while up - lo > 1e-7:
+        m = (lo + up) / 2
+        lo, up = (m, up) if stable(m) else (lo, m)
+    return lo
+
+
+def stability_weight(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> float:
+    """The correction weight ``lambda`` on a grid of step 1/64 in [1/16, 1] that maximizes
+    ``min(mean loop's, deviation loop's largest stable step)`` (:func:`mean_transition`,
+    :func:`deviation_transition`), noise-free. float; 0.625 for k = 1, Nesterov 0.9."""
+    lams = np.arange(4, 65) / 64
+    return float(max(lams, key=lambda lam: min(
+        _first_unstable(lambda x: mean_transition(x, k, lam, mu, nesterov)),
+        _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam)))))
 
 
 def _threshold(matrix, hi: float = 8.0) -> float:
@@ -278,12 +338,18 @@ def _threshold(matrix, hi: float = 8.0) -> float:
     return lo
 
 
-def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> dict:
+def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True, lam: float | None = None) -> dict:
     """The largest stable ``h * lr`` on ``f = h w^2 / 2``: ``synchronous`` (also
     the ranks' mean under ``local``) and ``local_deviation`` (a rank's difference
-    from the mean under ``local`` with staleness k), from the transition matrices."""
-    return {"synchronous": _threshold(lambda x: sync_transition(x, mu, nesterov)),
-            "local_deviation": _threshold(lambda x: deviation_transition(x, k, mu, nesterov))}
+    from the mean under ``local`` with staleness k), from the transition matrices;
+    with a correction weight ``lam``, also ``weighted_mean`` and ``weighted_deviation``
+    (the two loops of ``d = G_{t-k} + lam (g_t - g_{t-k})``)."""
+    out = {"synchronous": _threshold(lambda x: sync_transition(x, mu, nesterov)),
+           "local_deviation": _threshold(lambda x: deviation_transition(x, k, mu, nesterov))}
+    if lam is not None:
+        out["weighted_mean"] = _first_unstable(lambda x: mean_transition(x, k, lam, mu, nesterov))
+        out["weighted_deviation"] = _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam))
+    return out
 
 
 def ranks_table(Ps=(1, 4, 16, 64), batches=(16, 256), steps: int = 400, seeds=(0, 1), local: str = "local") -> str:
