@@ -28,6 +28,15 @@ def test_the_committed_table_rebuilds_from_the_committed_runs(sm):
     assert json.loads(json.dumps(js)) == json.loads((RAW / "map.json").read_text())
 
 
+@pytest.mark.parametrize("config", sorted((ROOT / "configs").glob("screen-43-*.toml")), ids=lambda p: p.stem)
+def test_each_screen_table_rebuilds_from_its_committed_runs(sm, config):
+    """Issue 43's screen (docs/accuracy.md section 11): one config and one raw folder per candidate."""
+    raw = ROOT / "docs" / "bench" / "scale" / "screen-43" / config.stem.removeprefix("screen-43-")
+    md, _, done = sm.report_text(sm.load_config(config), raw)
+    assert done, f"no raw runs under {raw}"
+    assert md == (raw / "map.md").read_text()
+
+
 def test_a_collapse_is_a_failure_not_an_accuracy(sm):
     assert sm.outcome({"status": "diverged"}, 0.11) == "diverged"
     assert sm.outcome({"val_accuracy": 0.1000, "test_accuracy": 0.1}, 0.11) == "collapsed"
