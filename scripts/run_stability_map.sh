@@ -23,8 +23,10 @@ if [[ ! -f $CODE/COMMIT ]]; then
     rm -rf "$CODE" && mv "$CODE.tmp" "$CODE"
 fi
 cp scripts/stability_map.py "$CODE/scripts/stability_map.py"
+PY=${PYTHON:-python}
+if [[ $PY == */* ]]; then PY=$(realpath "$PY"); fi   # a relative PYTHON (.venv/bin/python): this checkout's, not the copy's
 cd "$CODE"
 export MINIPS_DATA_DIR=${MINIPS_DATA_DIR:-$HERE/data}
-exec "${PYTHON:-python}" scripts/stability_map.py run --config "$HERE/configs/stability-map.toml" \
+exec "$PY" scripts/stability_map.py run --config "$HERE/configs/stability-map.toml" \
     --raw "$HERE/docs/bench/scale/map" --out "$HERE/runs/stability-map" \
     --figure "$HERE/docs/figures/stability-map.png" "$@"

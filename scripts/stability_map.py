@@ -164,7 +164,7 @@ def outcome(summary: dict, chance: float) -> str:
     """
     if summary.get("status") == "diverged":
         return "diverged"
-    if summary.get("stopped") or summary.get("val_accuracy") is None:
+    if summary.get("stopped") == "signal" or summary.get("val_accuracy") is None:
         raise MapError(f"a run that did not finish (stopped: {summary.get('stopped')}, after "
                        f"{summary.get('steps')} steps, no validation accuracy) is not a map cell: delete its raw "
                        "folder and run the map again")
@@ -178,8 +178,8 @@ def stopped_early(summary_path: Path) -> str | None:
     if not summary_path.exists():
         return None
     s = json.loads(summary_path.read_text())
-    if s.get("stopped"):
-        return f"stopped ({s['stopped']}) at step {s.get('steps')}"
+    if s.get("stopped") == "signal":  # ("max_steps": a --max-steps in [train] ended it, as asked)
+        return f"stopped (signal) at step {s.get('steps')}"
     return None
 
 
@@ -200,7 +200,10 @@ def read_raw(raw: Path, chance: float) -> dict:
             continue
         summary = json.loads(s.read_text())
         cell = Cell(rule, int(d.parents[2].name[1:]), float(d.parents[1].name[2:]), int(d.name[4:]))
-        o = outcome(summary, chance)
+        try:
+            o = outcome(summary, chance)
+        except MapError as e:
+            raise MapError(f"{s}: {e}") from None
         out[cell] = {"outcome": o, "val": summary.get("val_accuracy"), "test": summary.get("test_accuracy"),
                      "step": diverged_step(summary) if o == "diverged" else None,
                      "steps": summary.get("steps")}
@@ -357,7 +360,9 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool, fig
     log(f"{cell}: {o} {what} ({took}; code {_commit_of(ROOT)})")
     write_report(cfg, raw, figure_path)
     if commit:
-        _git_commit(raw, f"stability map: {cell}: {o} ({what})", [figure_path] if figure_path else [])
+        grid = Path(cfg["source"]).stem   # a screen's runs (another grid file) are not the map's
+        where = "" if grid == "stability-map" else f" [{grid}]"
+        _git_commit(raw, f"stability map{where}: {cell}: {o} ({what})", [figure_path] if figure_path else [])
     return o
 
 

@@ -51,6 +51,11 @@ def test_a_run_stopped_by_a_signal_is_not_a_cell(sm, tmp_path, monkeypatch):
     copy it as a finished cell (one was, with no validation accuracy, and crashed the report)."""
     with pytest.raises(sm.MapError, match="did not finish"):
         sm.outcome({"stopped": "signal", "steps": 23, "val_accuracy": None}, 0.11)
+    # --max-steps in [train] ends a run as asked: a finished cell
+    assert sm.outcome({"stopped": "max_steps", "steps": 30, "val_accuracy": 0.8}, 0.11) == "trains"
+    done = tmp_path / "done.json"
+    done.write_text(json.dumps({"stopped": "max_steps", "steps": 30, "val_accuracy": 0.8}))
+    assert sm.stopped_early(done) is None
     cfg, raw, out = _cfg(sm, tmp_path), tmp_path / "raw", tmp_path / "out"
     cell = sm.Cell("sync", 16, 0.32, 0)
     import minips.bench.study.runner as runner
