@@ -87,25 +87,28 @@ class SGD:
     def clip_coefficient(self, directions) -> float:
         """The factor ``min(1, clip_norm / (norm + 1e-6))`` for these directions
         (arrays, one per parameter; ``norm`` is the L2 norm of all of them
-        together: each array's squared norm is one BLAS dot product in the
-        array's dtype, summed in float64), as ``torch.nn.utils.clip_grad_norm_``
+        together: each array's squared norm is one BLAS dot product of the
+        array in float64, summed in float64), as ``torch.nn.utils.clip_grad_norm_``
         computes it; 1.0 when ``clip_norm`` is 0. A NaN norm gives a NaN factor
         and an infinite one 0, as in torch (without ``error_if_nonfinite``): a
         diverged direction is not hidden, the run stops on its loss."""
         if not self.clip_norm:
             return 1.0
-        sq = sum(float(np.dot(a.ravel(), a.ravel())) for a in directions if a is not None)
+        # float64 squares: a float32 dot product overflows to inf above a norm of about 1.8e19 and would
+        # zero a finite direction
+        sq = sum(float(np.dot(v, v)) for a in directions if a is not None for v in (a.ravel().astype(np.float64),))
         c = self.clip_norm / (math.sqrt(sq) + 1e-6)
         return c if math.isnan(c) else min(1.0, c)
 
     def clip(self, d: np.ndarray) -> np.ndarray:
-        """``d`` scaled to norm ``clip_norm`` when its norm is larger (a new array;
-        ``d`` itself when nothing is clipped). For an algorithm that owns the
+        """``d`` (any shape; float32 in the algorithms) scaled to norm ``clip_norm``
+        when its norm is larger (a new array of ``d``'s shape and dtype; ``d``
+        itself when nothing is clipped, or when ``clip_norm`` is 0). For an algorithm that owns the
         optimizer step (pseudo-sync's ``spike``) and applies the rule itself.
         Records :attr:`clip_factor` and counts :attr:`clips`."""
         c = self.clip_coefficient([d])
         self.clip_factor = c
-        if c < 1.0:
+        if not c >= 1.0:  # a NaN factor scales too: the NaN reaches the loss, which stops the run
             self.clips += 1
             return (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype, copy=False)
         return d

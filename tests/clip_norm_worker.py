@@ -17,7 +17,7 @@ LR, CLIP, STEPS = 0.1, 1e-3, 6
 def specs():
     from minips.distributed.algorithms import ALGORITHMS
     return list(ALGORITHMS) + ["pseudo-sync:local:1", "pseudo-sync:spike:1", "pseudo-sync:adaptive:1",
-                               "pseudo-sync:adaptive-local:1", "pseudo-sync:local-rewind:1"]
+                               "pseudo-sync:adaptive-local:1"]  # local-rewind refuses --clip-norm (a test)
 
 
 def train(spec, comm):

@@ -99,18 +99,35 @@ def test_every_algorithm_clips_and_replicas_share_the_norm(tmp_path):
     assert set(ALGORITHMS) <= set(specs)
     for spec in specs:
         assert (z[f"clips_{spec}"] > 0).all(), f"{spec}: a rank never clipped: {z[f'clips_{spec}']}"
+        if spec in ("sync", "pseudo-sync:local:1"):  # a direction applied at every step, every one above C
+            assert (z[f"clips_{spec}"] == 6).all(), (spec, z[f"clips_{spec}"])
         s = resolve(spec)
         if s.cls.keeps_replicas(s.options):
             assert z[f"same_{spec}"].all(), f"{spec}: the replicas differ under clipping"
-        # local-rewind's swap of g^i_{t-k} for G_{t-k} is made in the weights and the buffer, outside the
-        # optimizer's step, unclipped (docs/specifications.md): its steps are not bounded by lr * C
-        if s.name in ("sync", "pseudo-sync") and "local-rewind" not in spec:
+        if s.name in ("sync", "pseudo-sync"):
             # (float32 weights: their difference carries rounding of about 1e-4 of so small a move)
             assert (z[f"moves_{spec}"] <= 0.1 * 1e-3 * (1 + 2e-3)).all(), (spec, z[f"moves_{spec}"])
 
 
 MLP = ["--model", "mlp", "--data", "fashion-mnist-mini", "--quiet", "--epochs", "1", "--batch-size", "16",
        "--lr", "0.05"]
+
+
+def test_local_rewind_refuses_clip_norm_in_one_line(tmp_path):
+    """local-rewind swaps g_{t-k} for G_{t-k} in the weights and the buffer at the weight g_{t-k} went
+    in with; a clipped direction went in with another, so the pair is refused when it is built."""
+    with pytest.raises(ValueError, match="predictor local-rewind does not take --clip-norm") as e:
+        _build("pseudo-sync:local-rewind:1")
+    assert "\n" not in str(e.value)
+
+
+def _build(spec):
+    from minips.distributed.algorithms import build_algorithm
+    from minips.distributed.comm import get_comm
+    from minips.models import MLP as Net
+    from minips.optim import SGD
+    model = Net(20, (16,), 4)
+    build_algorithm(spec, model.parameters(), SGD(model.parameters(), lr=0.1, clip_norm=1.0), get_comm())
 
 
 def test_cli_clip_norm_summary_checkpoint_and_errors(tmp_path):

@@ -86,6 +86,8 @@ class LocalRewindPredictor(LocalPredictor):
 
     name = "local-rewind"
     Options = Predictor.Options  # no options (local's sync_warmup is not one of them)
+    clip_norm_refused = ("its swap of g_{t-k} for G_{t-k} is made in the weights and the momentum buffer, at the "
+                         "weight g_{t-k} went in with, which clipping changes; use pseudo-sync:local")
 
     def __init__(self, staleness: int = 1, **options):
         super().__init__(staleness, **options)

@@ -121,6 +121,9 @@ class Predictor:
     #: ``adaptive-local``): ranks then apply different updates, pseudo-sync
     #: stops keeping replicas, and it calls :meth:`observe_local` and :meth:`fill`.
     uses_local_gradient = False
+    #: why this rule cannot run with ``--clip-norm`` (pseudo-sync refuses the pair in one line
+    #: when it is built), or None: it can
+    clip_norm_refused: str | None = None
     #: floats this predictor appends to every Iallreduce buffer (averaged over
     #: ranks with the gradient): :meth:`payload` fills them, :meth:`receive` reads them.
     extra_floats = 0

@@ -188,6 +188,9 @@ class PseudoSyncSGD(Algorithm):
     def setup(self) -> None:
         o = self.options
         self.predictor = make_predictor(o.predictor, o.staleness, **o.predictor_options)
+        if self.optimizer.clip_norm and self.predictor.clip_norm_refused:
+            raise ValueError(f"predictor {self.predictor.name} does not take --clip-norm: "
+                             f"{self.predictor.clip_norm_refused}")
         self.predictor.set_layout([(a, a + p.size) for a, p in zip(self.flat.offsets, self.flat.params)])
         self.k = o.staleness
         self.pipeline: deque[_Pending] = deque()
