@@ -164,7 +164,7 @@ def add_compare_arguments(p):
                    help="also report each run's wall seconds until its first evaluation at or above this test "
                         "accuracy (BLEU for the captioner), e.g. 0.85")
     _bool_flag(p, "figures", "draw the comparison's figures into --out at the end (default on; --no-figures skips "
-                             "them, and python -m minips plot OUT/* draws them later)")
+                             "them, and python -m minips plot OUT --out OUT draws them later)")
     p.set_defaults(func=cmd_compare)
 
 

@@ -60,6 +60,9 @@ def test_a_correction_weight_trades_the_mean_loop_for_the_deviation_loop():
     w_row = np.array([1.0, -x * (1 + MU), -MU * MU])           # w' = w - (d + mu v'), d = x w_{t-1}, v' = mu v + d
     np.testing.assert_allclose(A[0], w_row, atol=1e-12)
     assert stability_weight(1) == 0.625
+    for bad in (lambda: mean_transition(0.5, 0), lambda: mean_transition(0.5, 1, 1.5), lambda: stability_weight(0)):
+        with pytest.raises(ValueError, match="must be"):
+            bad()
     from minips.labs.staleness import weights_table
     assert "| 0.625 | 1.127 | 1.086 | 1.086 |" in weights_table(lams=(0.625,))  # docs/accuracy.md section 11
     best = largest_stable_steps(1, MU, True, lam=0.625)

@@ -271,7 +271,12 @@ def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool =
     ``lam x (e_t - e_{t-k})`` (``lam``: the correction weight; 1 is ``local``).
     The state is (s_{t-1}, ..., s_{t-k}, v_t) with s the steps e_{j+1} - e_j (the
     difference itself is their sum, so a constant offset, which the rule neither
-    restores nor grows, is left out). float64 (k + 1, k + 1)."""
+    restores nor grows, is left out). float64 (k + 1, k + 1).
+
+    Raises:
+        ValueError: k < 1, or lam outside [0, 1].
+    """
+    _check_k_lam(k, lam)
     n = k + 1
     d = np.zeros(n)
     d[:k] = lam * x                              # e_t - e_{t-k} = s_{t-1} + ... + s_{t-k}
@@ -285,11 +290,23 @@ def deviation_transition(x: float, k: int = 1, mu: float = 0.9, nesterov: bool =
     return A
 
 
+def _check_k_lam(k: int, lam: float) -> None:
+    if k < 1:
+        raise ValueError(f"staleness k must be >= 1, got {k}")
+    if not 0 <= lam <= 1:
+        raise ValueError(f"the correction weight lambda must be in [0, 1], got {lam}")
+
+
 def mean_transition(x: float, k: int = 1, lam: float = 1.0, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
     """The ranks' mean under a correction weight ``lam`` on ``f = h w^2 / 2`` (lr = 1,
     h = x): its direction is ``lam x w_t + (1 - lam) x w_{t-k}``; the state is
     (w_t, w_{t-1}, ..., w_{t-k}, v_t). ``lam = 1`` is synchronous SGD (:func:`sync_transition`
-    with k delayed copies), ``lam = 0`` the naive stale update. float64 (k + 2, k + 2)."""
+    with k delayed copies), ``lam = 0`` the naive stale update. float64 (k + 2, k + 2).
+
+    Raises:
+        ValueError: k < 1, or lam outside [0, 1].
+    """
+    _check_k_lam(k, lam)
     n = k + 2
     d = np.zeros(n)
     d[0] += lam * x
@@ -323,7 +340,12 @@ def _first_unstable(matrix, hi: float = 8.0, grid: int = 800) -> float:
 def stability_weight(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> float:
     """The correction weight ``lambda`` on a grid of step 1/64 in [1/16, 1] that maximizes
     ``min(mean loop's, deviation loop's largest stable step)`` (:func:`mean_transition`,
-    :func:`deviation_transition`), noise-free. float; 0.625 for k = 1, Nesterov 0.9."""
+    :func:`deviation_transition`), noise-free. float; 0.625 for k = 1, Nesterov 0.9.
+
+    Raises:
+        ValueError: k < 1.
+    """
+    _check_k_lam(k, 1.0)
     lams = np.arange(4, 65) / 64
     return float(max(lams, key=lambda lam: min(
         _first_unstable(lambda x: mean_transition(x, k, lam, mu, nesterov)),
