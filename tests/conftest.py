@@ -88,7 +88,7 @@ def signal_handlers_are_put_back(request):
         if now is not before[s]:
             signal.signal(s, before[s])
             warnings.warn(f"{request.node.nodeid} left {signal.Signals(s).name} handled by {now!r} "
-                          f"(was {before[s]!r}): put back")
+                          f"(was {before[s]!r}): put back", stacklevel=2)
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -205,15 +205,15 @@ def test_constant_lambda_forms_agree_and_local_is_adaptive_local_at_lambda_1():
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_local_with_a_weight_is_adaptive_local_held_at_that_confidence(k):
-    """``local:weight=lambda`` (issue 43) takes the same directions as adaptive-local whose
+    """``local:correction_weight=lambda`` (issue 43) takes the same directions as adaptive-local whose
     confidence stays at lambda0 = lambda (its warm-up never ends), step for step, fill included;
     weight 1 is local itself, bit for bit."""
     g = noise_problem(T=40, P=3, n=12)
-    a, lam_a, _ = simulate(LocalPredictor, g, k, weight=0.5)
+    a, lam_a, _ = simulate(LocalPredictor, g, k, correction_weight=0.5)
     b, lam_b, _ = simulate(AdaptiveLocalPredictor, g, k, lambda0=0.5, warmup=10**6)
     assert (lam_a == 0.5).all() and (lam_b == 0.5).all()
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-    one, _, _ = simulate(LocalPredictor, g, k, weight=1.0)
+    one, _, _ = simulate(LocalPredictor, g, k, correction_weight=1.0)
     plain, _, _ = simulate(LocalPredictor, g, k)
     assert np.array_equal(one, plain)
 
@@ -253,8 +253,8 @@ def test_local_direction_is_the_formula(rng):
 
 
 def test_local_with_a_weight_is_the_formula(rng):
-    """``local:weight=lambda``: fill lambda g_t, then d = G_{t-k} + lambda (g_t - g_{t-k}), in float64."""
-    p = LocalPredictor(2, weight=0.3)
+    """``local:correction_weight=lambda``: fill lambda g_t, then d = G_{t-k} + lambda (g_t - g_{t-k}), in float64."""
+    p = LocalPredictor(2, correction_weight=0.3)
     gs = [rng.standard_normal(50).astype(np.float32) for _ in range(5)]
     for t, g in enumerate(gs):
         p.observe_local(g)
@@ -279,8 +279,8 @@ def test_spec_and_replication():
     ("pseudo-sync:adaptive-local:warmup=-1", "adaptive-local: warmup must be >= 0, got -1"),
     ("pseudo-sync:local:rho=0.9", "predictor 'local' has no option(s) rho"),
     ("pseudo-sync:local:sync_warmup=-1", "local: sync_warmup must be >= 0"),
-    ("pseudo-sync:local:weight=0", "local: weight must be in (0, 1]"),
-    ("pseudo-sync:local:weight=1.5", "local: weight must be in (0, 1]"),
+    ("pseudo-sync:local:correction_weight=0", "local: correction_weight must be in (0, 1]"),
+    ("pseudo-sync:local:correction_weight=1.5", "local: correction_weight must be in (0, 1]"),
 ])
 def test_bad_options_say_what_to_write(text, message):
     with pytest.raises(ValueError) as e:

@@ -50,8 +50,8 @@ def test_a_correction_weight_trades_the_mean_loop_for_the_deviation_loop():
         assert w["weighted_deviation"] == pytest.approx(one["local_deviation"] / lam, abs=1e-5)
         # the thresholds, checked by running the two recursions with the optimizer's rule itself:
         # decays just below, grows just above
-        for loop, direction in (("weighted_mean", lambda w, i: lam * w[i] + (1 - lam) * w[i - 1]),
-                                ("weighted_deviation", lambda w, i: lam * (w[i] - w[i - 1]))):
+        for loop, direction in (("weighted_mean", lambda w, i, lam=lam: lam * w[i] + (1 - lam) * w[i - 1]),
+                                ("weighted_deviation", lambda w, i, lam=lam: lam * (w[i] - w[i - 1]))):
             thr = w[loop]
             assert _run(direction, 0.97 * thr) < 1e-3 and _run(direction, 1.03 * thr) > 1e3, (lam, loop)
     # lam = 0: the mean steps along G_{t-1} alone; its matrix is the naive stale update's, by hand

@@ -402,7 +402,8 @@ def weights_table(k: int = 1, mu: float = 0.9, lams=(1.0, 0.9, 0.75, 0.625, 0.5,
     """docs/accuracy.md section 11's table: for a correction weight ``lambda`` (``d = G_{t-k} +
     lambda (g_t - g_{t-k})``), the largest stable ``h * lr`` of the ranks' mean and of a rank's
     difference from it, noise-free, Nesterov ``mu``; and :func:`stability_weight`."""
-    lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr (sync {largest_stable_steps(k, mu)['synchronous']:.3f}); "
+    sync = largest_stable_steps(k, mu)["synchronous"]
+    lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr (synchronous {sync:.3f}); "
              f"stability weight {stability_weight(k, mu):.4f}", "",
              "| lambda | ranks' mean | a rank's difference | the smaller |", "|---:|---:|---:|---:|"]
     for lam in lams:

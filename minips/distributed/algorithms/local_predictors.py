@@ -86,7 +86,7 @@ class LocalPredictor(Predictor):
     hidden. The same idea as post-local SGD's synchronous warm-up (Lin,
     Stich, Patel & Jaggi, ICLR 2020), applied here to pseudo-sync.
 
-    With ``weight = lambda < 1`` (issue 43) the local correction is scaled:
+    With ``correction_weight = lambda < 1`` (issue 43) the local correction is scaled:
     ``d^i_t = G_{t-k} + lambda (g^i_t - g^i_{t-k})`` (fill: ``lambda g^i_t``),
     ``adaptive-local`` with its confidence held at lambda. Why: a rank's
     difference from the ranks' mean then steps lambda times as far, so its
@@ -101,10 +101,10 @@ class LocalPredictor(Predictor):
     Args:
         staleness: k >= 1.
         sync_warmup: W >= 0 synchronous steps first (default 0: none).
-        weight: the correction weight lambda in (0, 1] (default 1: ``local``).
+        correction_weight: lambda in (0, 1] (default 1: ``local``).
 
     Raises:
-        ValueError: sync_warmup < 0, or weight outside (0, 1].
+        ValueError: sync_warmup < 0, or correction_weight outside (0, 1].
     """
 
     name = "local"
@@ -115,27 +115,27 @@ class LocalPredictor(Predictor):
     #: synchronous steps first (local's option; 0 for the rules built on local that lack it)
     sync_warmup = 0
     #: the correction weight (local's option; 1 for the rules built on local that lack it)
-    weight = 1.0
+    correction_weight = 1.0
 
     @dataclass
     class Options:
         sync_warmup: int = field(default=0, metadata={"help": "synchronous steps first (0 = none)",
                                                       "unit": "steps"})
-        weight: float = field(default=1.0, metadata={
+        correction_weight: float = field(default=1.0, metadata={
             "help": "the correction weight lambda in (0, 1]: d = G_{t-k} + lambda (g_t - g_{t-k})"})
 
         def validate(self):
             if self.sync_warmup < 0:
                 raise ValueError(f"local: sync_warmup must be >= 0 (synchronous steps first; 0 = none), "
                                  f"got {self.sync_warmup}")
-            if not 0 < self.weight <= 1:
-                raise ValueError(f"local: weight must be in (0, 1] (the correction weight; 1 = local), "
-                                 f"got {self.weight}")
+            if not 0 < self.correction_weight <= 1:
+                raise ValueError(f"local: correction_weight must be in (0, 1] (1 = local), "
+                                 f"got {self.correction_weight}")
 
     def __init__(self, staleness: int = 1, **options):
         super().__init__(staleness, **options)
         self.sync_warmup = int(self.sync_warmup)
-        self.lam = float(self.weight)
+        self.lam = float(self.correction_weight)
         self.t = 0          # local gradients observed (the next one is g_t)
         self.ring = None    # float32 (k+1, n): g^i_{t-k} .. g^i_t
         self.added = np.ones(self.k + 1)  # the weight each g in the ring was added with
@@ -164,7 +164,7 @@ class LocalPredictor(Predictor):
         self.diagnostics = {}
         if lam == 1.0:
             return G + (g_new - g_old)  # d = G_{t-k} + (g_t - g_{t-k}): the arrived average, corrected locally
-        return G + np.float32(lam) * (g_new - g_old)  # the correction scaled by the weight (option weight)
+        return G + np.float32(lam) * (g_new - g_old)  # the correction scaled (option correction_weight)
 
     def state_dict(self):
         return {**super().state_dict(), "t": self.t, "ring": None if self.ring is None else self.ring.copy(),
