@@ -24,7 +24,7 @@ if [[ ! -f $CODE/COMMIT ]]; then
 fi
 cp scripts/stability_map.py "$CODE/scripts/stability_map.py"
 PY=${PYTHON:-python}
-if [[ $PY == */* ]]; then PY=$(realpath "$PY"); fi   # a relative PYTHON (.venv/bin/python): this checkout's, not the copy's
+if [[ $PY == */* ]]; then PY=$(realpath -s "$PY"); fi   # a relative PYTHON (.venv/bin/python): this checkout's, not the copy's (-s: a venv's python is a symlink to the base one)
 cd "$CODE"
 export MINIPS_DATA_DIR=${MINIPS_DATA_DIR:-$HERE/data}
 exec "$PY" scripts/stability_map.py run --config "$HERE/configs/stability-map.toml" \
