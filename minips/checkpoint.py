@@ -144,7 +144,7 @@ REQUIRED_KEYS = ("step", "world_size", "config", "rng", "history", "trace")
 TRAJECTORY_KEYS = ("model", "data", "batch_size", "seed", "lr", "momentum", "nesterov", "weight_decay",
                    "clip_norm", "schedule", "warmup_epochs", "scale_lr", "epochs", "partition")
 #: Trajectory options added after checkpoints were first written: the value an older checkpoint ran with
-ADDED_LATER = {"clip_norm": 0.0}
+ADDED_LATER = {"partition": "iid", "clip_norm": 0.0}
 
 
 def save_trainer(trainer, path) -> None:
@@ -244,9 +244,9 @@ def restore_trainer(trainer, path) -> None:
             f"{comm.size}; resume with mpiexec -n {state['world_size']} or --virtual-ranks {state['world_size']} "
             "(the data sharding and the averaged gradients depend on the number of ranks, so the trajectory "
             "cannot continue otherwise)")
-    saved.setdefault("partition", "iid")  # checkpoints from before partitions
-    diff = [f"{k}: checkpoint {saved.get(k, ADDED_LATER.get(k))!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
-            if saved.get(k, ADDED_LATER.get(k)) != getattr(cfg, k)]
+    saved = {**ADDED_LATER, **saved}  # an older checkpoint ran with these options' values of then
+    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {getattr(cfg, k)!r}" for k in TRAJECTORY_KEYS
+            if saved.get(k) != getattr(cfg, k)]
     # the fields, and the older per-option flags that checkpoints written before algo_options kept as fields
     known = {f.name for f in dataclasses.fields(TrainConfig)} | set(config_fields())
     then = TrainConfig(**{k: v for k, v in saved.items() if k in known}).resolve_algo()
