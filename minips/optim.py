@@ -94,11 +94,23 @@ class SGD:
         diverged direction is not hidden, the run stops on its loss."""
         if not self.clip_norm:
             return 1.0
-        # float64 squares: a float32 dot product overflows to inf above a norm of about 1.8e19 and would
-        # zero a finite direction
-        sq = sum(float(np.dot(v, v)) for a in directions if a is not None for v in (a.ravel().astype(np.float64),))
+        sq = 0.0
+        for a in directions:
+            if a is not None:  # float64 squares: a float32 dot overflows above a norm of ~1.8e19, zeroing it
+                v = a.ravel().astype(np.float64)
+                sq += float(np.dot(v, v))
         c = self.clip_norm / (math.sqrt(sq) + 1e-6)
         return c if math.isnan(c) else min(1.0, c)
+
+    def _clipped(self, ds, c: float) -> list:
+        """``ds`` scaled by the factor ``c`` (each in its own dtype; ``None`` kept; the arrays
+        themselves when ``c >= 1``), recorded in :attr:`clip_factor` and :attr:`clips`. A NaN
+        factor scales too: the NaN reaches the loss, which stops the run."""
+        self.clip_factor = c
+        if c >= 1.0:
+            return list(ds)
+        self.clips += 1
+        return [None if d is None else (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype, copy=False) for d in ds]
 
     def clip(self, d: np.ndarray) -> np.ndarray:
         """``d`` (any shape; float32 in the algorithms) scaled to norm ``clip_norm``
@@ -106,12 +118,7 @@ class SGD:
         itself when nothing is clipped, or when ``clip_norm`` is 0). For an algorithm that owns the
         optimizer step (pseudo-sync's ``spike``) and applies the rule itself.
         Records :attr:`clip_factor` and counts :attr:`clips`."""
-        c = self.clip_coefficient([d])
-        self.clip_factor = c
-        if not c >= 1.0:  # a NaN factor scales too: the NaN reaches the loss, which stops the run
-            self.clips += 1
-            return (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype, copy=False)
-        return d
+        return self._clipped([d], self.clip_coefficient([d]))[0]
 
     def apply(self, i: int, w: np.ndarray, d: np.ndarray) -> None:
         """Update ``w`` (parameter ``i``'s array) in place with direction ``d``.
@@ -151,12 +158,10 @@ class SGD:
                 instead of the gradients.
         """
         ds = [p.grad if directions is None else directions[i] for i, p in enumerate(self.params)]
-        c = self.clip_coefficient(ds)  # one global norm over every parameter, as clip_grad_norm_
-        self.clip_factor = c
-        self.clips += c < 1.0
+        ds = self._clipped(ds, self.clip_coefficient(ds))  # one global norm over every parameter, as clip_grad_norm_
         for i, (p, d) in enumerate(zip(self.params, ds)):
             if d is not None:
-                self._apply(i, p.data, d if c >= 1.0 else (d * np.asarray(c, dtype=d.dtype)).astype(d.dtype))
+                self._apply(i, p.data, d)
 
     def zero_grad(self) -> None:
         """Zero the gradients in place."""
