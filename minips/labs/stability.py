@@ -123,23 +123,14 @@ def stability_weight(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> floa
         _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam)))))
 
 
-def _threshold(matrix, hi: float = 8.0) -> float:
-    """Bisection to 1e-7 on the spectral radius < 1 (stable on (0, threshold))."""
-    lo = 1e-4
-    while hi - lo > 1e-7:
-        m = (lo + hi) / 2
-        lo, hi = (m, hi) if max(abs(np.linalg.eigvals(matrix(m)))) < 1 else (lo, m)
-    return lo
-
-
 def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True, lam: float | None = None) -> dict:
     """The largest stable ``h * lr`` on ``f = h w^2 / 2``: ``synchronous`` (also
     the ranks' mean under ``local``) and ``local_deviation`` (a rank's difference
     from the mean under ``local`` with staleness k), from the transition matrices;
     with a correction weight ``lam``, also ``weighted_mean`` and ``weighted_deviation``
     (the two loops of ``d = G_{t-k} + lam (g_t - g_{t-k})``)."""
-    out = {"synchronous": _threshold(lambda x: sync_transition(x, mu, nesterov)),
-           "local_deviation": _threshold(lambda x: deviation_transition(x, k, mu, nesterov))}
+    out = {"synchronous": _first_unstable(lambda x: sync_transition(x, mu, nesterov)),
+           "local_deviation": _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov))}
     if lam is not None:
         out["weighted_mean"] = _first_unstable(lambda x: mean_transition(x, k, lam, mu, nesterov))
         out["weighted_deviation"] = _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam))
