@@ -106,7 +106,6 @@ def test_norm_test_in_the_class_matches_numpy_on_three_ranks(tmp_path):
     assert out["m"] == min(10, max(1, math.ceil(b_test / 8)))
 
 
-@pytest.mark.mpi
 def test_one_rank_is_plain_sgd_and_period_one_is_sync(tmp_path):
     one = _worker(0, {"algo": "adaptive-batch:period=3", "steps": 12, "batch": 8}, tmp_path)
     ref = _worker(0, {"algo": "sync", "steps": 12, "batch": 8}, tmp_path)
@@ -117,7 +116,6 @@ def test_one_rank_is_plain_sgd_and_period_one_is_sync(tmp_path):
     assert len(set(many["hashes"].tolist())) == 1
 
 
-@pytest.mark.mpi
 def test_a_test_that_never_fires_is_periodic_averaging_with_a_fixed_batch(tmp_path):
     """theta = 1e9: the batch stays b0 and the run is bitwise the toy fixture's
     periodic averaging (tests/toy_algorithm.py, an independent implementation)."""
@@ -132,7 +130,6 @@ def test_a_test_that_never_fires_is_periodic_averaging_with_a_fixed_batch(tmp_pa
     assert {int(r["batch"]) for r in rows} == {16}
 
 
-@pytest.mark.mpi
 def test_tiny_theta_grows_the_batch_to_max_and_resumes_bitwise(tmp_path):
     """theta = 1e-3 grows the batch to max-batch = 64 (4 loader batches of 16)
     at the first test; an epoch of 312 loader batches per rank then holds

@@ -14,7 +14,6 @@ from .test_mpi import ATOL, RTOL, launch
 RUN = {"steps": 12, "batch": 8}
 
 
-@pytest.mark.mpi
 def test_uniform_schedules_equal_local_sgd_and_period_1_equals_sync(tmp_path):
     local, _ = launch(2, {"algo": "local-sgd:period=3", **RUN}, tmp_path)
     for spec in ("aperiodic-local-sgd:h0=3:gamma=0", "aperiodic-local-sgd:schedule=3+6+9+12"):
@@ -31,7 +30,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert np.array_equal(run["weights"], plain["weights"])
 
 
-@pytest.mark.mpi
 def test_replicas_meet_after_the_listed_steps_and_resume_is_bitwise(tmp_path):
     """schedule 2+3+6 on 2 ranks for 8 steps: identical right after steps 2, 3
     and 6 (trace rows 1, 2, 5), apart otherwise and for good after the list

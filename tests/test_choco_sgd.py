@@ -28,7 +28,6 @@ from .local_sgd_checks import stop_resume_is_bitwise
 P, STEPS, D = 4, 12, 20
 
 
-@pytest.mark.mpi
 def test_four_ranks(tmp_path):
     pure = {"steps": 10, "zero_grad": True, "spread": 1.0}
     runs = [{"spec": "choco-sgd:ring:gamma=1:compressor=identity", "steps": STEPS},
@@ -67,7 +66,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert sign["bytes"].sum() == 0
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     rows, _ = stop_resume_is_bitwise("choco-sgd:exponential:gamma=0.3:compressor=topk:ratio=0.02", tmp_path, 5, 8)
     assert all(float(r["consensus_distance"]) > 0 for r in rows) and all(int(r["wire_bytes"]) > 0 for r in rows)

@@ -29,7 +29,6 @@ D_MLP = 203530                 # the mini set's MLP: 784*256 + 256 + 256*10 + 10
 SHAPES = [(784, 256), (256,), (256, 10), (10,)]
 
 
-@pytest.mark.mpi
 def test_identity_and_full_k_equal_sync_bitwise_on_two_ranks(tmp_path):
     sync, _ = launch(2, {"algo": "sync", **RUN}, tmp_path)
     for spec in ("topk-sgd:compressor=identity", "topk-sgd:k=404", "gs-sgd:k=404:cols=404",
@@ -41,7 +40,6 @@ def test_identity_and_full_k_equal_sync_bitwise_on_two_ranks(tmp_path):
     assert not np.allclose(run["weights"], sync["weights"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.mpi
 def test_kernel_reading_with_wide_kernel_is_local_sgd(tmp_path):
     local, _ = launch(2, {"algo": "local-sgd:period=4", **RUN}, tmp_path)
     wide, _ = launch(2, {"algo": "gaussian-avg:kernel:period=4:sigma=1e9", **RUN}, tmp_path)
@@ -183,7 +181,6 @@ def _powersgd_bytes(r):
     return 4 * floats
 
 
-@pytest.mark.mpi
 def test_bytes_per_step_equal_the_payload_sizes(tmp_path):
     """2 ranks, the mini set's MLP, 3 steps (replica hashes compared every step).
     At P = 2 a ring allreduce of n bytes sends n, and a ring allgather of
@@ -213,7 +210,6 @@ def test_bytes_per_step_equal_the_payload_sizes(tmp_path):
         assert summary["bytes_sent_per_step"] == nbytes and nbytes < sync_bytes / 4, spec
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("spec", ["topk-sgd:compressor=qsgd-quant:error-feedback=true", "powersgd"])
 def test_checkpoint_and_resume_are_bitwise(spec, tmp_path):
     """6 steps in one go == 3 steps, checkpoint, resume to 6: every rank's weights,

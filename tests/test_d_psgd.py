@@ -25,7 +25,6 @@ from .test_mpi import launch as launch_mlp
 RUN = {"steps": 12, "batch": 8}  # mpi_worker: MLP on synthetic data, SGD lr 0.1, momentum 0.9
 
 
-@pytest.mark.mpi
 def test_complete_graph_atc_equals_sync_and_cta_does_not(tmp_path):
     sync, _ = launch_mlp(3, {"algo": "sync", **RUN}, tmp_path)
     atc, _ = launch_mlp(3, {"algo": "d-psgd:topology=complete:form=atc", **RUN}, tmp_path)
@@ -36,7 +35,6 @@ def test_complete_graph_atc_equals_sync_and_cta_does_not(tmp_path):
     assert len(set(cta["hashes"].tolist())) == 3 and int(cta["pending"]) == 0
 
 
-@pytest.mark.mpi
 def test_four_ranks_follow_the_rule(tmp_path):
     """cta / atc on the ring, cta on one-peer-exponential; and pure mixing from
     spread-out weights (zero gradients): the mean is kept, the distance shrinks."""
@@ -64,7 +62,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
         assert np.array_equal(run["weights"], plain["weights"]), spec
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     rows, _ = stop_resume_is_bitwise("d-psgd:topology=exponential", tmp_path, 5, 8)
     # cta: each rank keeps its own gradient step after the (here complete) mix, so the ranks differ

@@ -292,7 +292,6 @@ def test_checkpoint_resume_is_bitwise(spec, tmp_path):
 
 
 # --- two ranks: replicas bit-identical, and equal to the one-process simulation ---------------------
-@pytest.mark.mpi
 @pytest.mark.parametrize("predictor,k,opts", [("spike", 2, {"lwp": 1.0}), ("dc-asgd", 1, {}), ("gap-aware", 2, {})])
 def test_two_ranks_stay_identical_and_follow_the_simulation(predictor, k, opts, tmp_path):
     spec = "pseudo-sync" + "".join(f":{a}={b}" for a, b in opts.items())  # the worker passes k and the name

@@ -27,14 +27,12 @@ def test_one_rank_constant_rule_is_nesterov_sgd(tmp_path):
     assert not np.allclose(r["weights"], nag["weights"], rtol=RTOL, atol=ATOL)  # x is not y
 
 
-@pytest.mark.mpi
 def test_mean_iterate_follows_the_averaged_gradient_step(tmp_path):
     r = launch3(4, {"algo": "dng:topology=ring", **RUN}, tmp_path)
     assert len(r["dng_err"]) == RUN["steps"] and r["dng_err"].max() < 1e-5, r["dng_err"]
     assert not np.array_equal(r["all_weights"][0], r["all_weights"][1])
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise_and_logs_the_paper_rule(tmp_path):
     rows, _ = stop_resume_is_bitwise("dng:c=0.5", tmp_path, 4, 7)
     for k, row in enumerate(rows):

@@ -36,7 +36,6 @@ def _check(run, P, alpha, period):
     assert int(run["pending"]) == 0
 
 
-@pytest.mark.mpi
 def test_update_rule_on_4_ranks(tmp_path):
     for spec, alpha, period in (("elastic-gossip:p=0.5", 0.5, 1), ("elastic-gossip:p=1:alpha=0.25:period=2", 0.25, 2)):
         run, _ = trace_run(4, {"algo": spec, "steps": 10}, tmp_path)
@@ -44,7 +43,6 @@ def test_update_rule_on_4_ranks(tmp_path):
         assert run["report"]["topology"]["topology"] == "random-pairs"
 
 
-@pytest.mark.mpi
 def test_two_ranks_p1_meet_at_the_midpoint(tmp_path):
     run, _ = trace_run(2, {"algo": "elastic-gossip", "steps": 4}, tmp_path)
     before, g, after = (run[k].astype(np.float64) for k in ("before", "grads", "after"))
@@ -58,7 +56,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert np.array_equal(run["weights"], plain["weights"])
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     summary, _, _ = stop_resume_is_bitwise_n(2, "elastic-gossip:p=0.5", tmp_path, 5, 9)
     assert summary["topology"]["spectral_gap"] > 0

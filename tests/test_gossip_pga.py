@@ -21,7 +21,6 @@ from .test_mpi import launch as launch_mlp
 RUN = {"steps": 12, "batch": 8}
 
 
-@pytest.mark.mpi
 def test_four_ranks_follow_the_rule_and_meet_at_global_steps(tmp_path):
     runs = [{"spec": "gossip-pga:period=3", "steps": 14},
             {"spec": "gossip-aga:h0=2:h-max=5:power=1", "steps": 20}]
@@ -40,7 +39,6 @@ def test_four_ranks_follow_the_rule_and_meet_at_global_steps(tmp_path):
     assert prep["topology"]["topology"] == "ring"
 
 
-@pytest.mark.mpi
 def test_period_1_is_sync(tmp_path):
     sync, _ = launch_mlp(3, {"algo": "sync", **RUN}, tmp_path)
     run, _ = launch_mlp(3, {"algo": "gossip-pga:period=1", **RUN}, tmp_path)
@@ -55,7 +53,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
         assert np.array_equal(run["weights"], plain["weights"]), spec
 
 
-@pytest.mark.mpi
 def test_aga_resume_is_bitwise(tmp_path):
     """Stopped after step 5, mid-period (h0 = 2 grows): H, the next global
     step, L0 and the running loss come back from the checkpoint."""

@@ -22,7 +22,6 @@ from .test_mpi import ATOL, RTOL, launch
 RUN = {"steps": 10, "batch": 8}
 
 
-@pytest.mark.mpi
 def test_two_ranks_is_sync_sgd(tmp_path):
     sync, _ = launch(2, {"algo": "sync", **RUN}, tmp_path)
     for spec in ("gossipgrad", "gossipgrad:hypercube"):
@@ -61,7 +60,6 @@ def _check_rule(run, P):
     assert int(run["pending"]) == 0
 
 
-@pytest.mark.mpi
 def test_update_rule_on_3_and_4_ranks(tmp_path):
     for P, spec in ((4, "gossipgrad"), (3, "gossipgrad:seed=7"), (4, "gossipgrad:hypercube")):
         run, _ = trace_run(P, {"algo": spec, **RUN}, tmp_path)
@@ -97,7 +95,6 @@ def test_cost_model_is_one_message_independent_of_P():
     assert len(times) == 1 and times.pop() == pytest.approx(prof.compute + net.message_time(4_000_000))
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     summary, _, _ = stop_resume_is_bitwise_n(2, "gossipgrad", tmp_path, 5, 9)
     assert summary["topology"]["spectral_gap"] == pytest.approx(1.0)  # P = 2: the pair average is exact

@@ -25,7 +25,6 @@ TOPOLOGIES = ["ring", "torus", "exponential", "one-peer-exponential", "complete"
 TRACK_TOL = 2e-5  # float32 sums of P vectors, relative to the largest mean gradient entry
 
 
-@pytest.mark.mpi
 def test_gossip_step_keeps_the_mean_and_complete_graph_is_the_average(tmp_path):
     r = launch3(4, {"mode": "mix", "topologies": TOPOLOGIES, "hetero": "hetero-gossip:topology=complete"},
                 tmp_path)
@@ -34,7 +33,6 @@ def test_gossip_step_keeps_the_mean_and_complete_graph_is_the_average(tmp_path):
     assert r["complete_err"] < 1e-6
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("P,spec", [
     (3, "gradient-tracking:topology=ring"),
     (4, "gt-pga:period=3"),
@@ -47,7 +45,6 @@ def test_tracking_invariant_every_step(P, spec, tmp_path):
     assert not np.array_equal(w[0], w[1]) and int(r["pending"]) == 0
 
 
-@pytest.mark.mpi
 def test_atc_on_the_complete_graph_and_period_1_equal_sync(tmp_path):
     sync, _ = launch(2, {"algo": "sync", **RUN}, tmp_path)
     for spec in ("gradient-tracking:form=atc:topology=complete", "gt-pga:period=1:form=atc"):
@@ -64,7 +61,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
         np.testing.assert_allclose(r["weights"], plain["weights"], rtol=RTOL, atol=ATOL, err_msg=spec)
 
 
-@pytest.mark.mpi
 def test_gt_pga_resume_is_bitwise_and_averages_every_h_steps(tmp_path):
     rows, _ = stop_resume_is_bitwise("gt-pga:period=4", tmp_path, 5, 9)
     assert [int(r["global_avg"]) for r in rows] == [0, 0, 0, 1, 0, 0, 0, 1, 0]

@@ -43,14 +43,12 @@ def test_partner_schedule_is_a_matching_favouring_fast_ranks():
     assert counts[0, 1] > 2 * counts[0, 3] > 0 and counts[3].sum() < counts[0].sum() / 2
 
 
-@pytest.mark.mpi
 def test_pairwise_average_keeps_the_sample_weighted_mean(tmp_path):
     r = launch3(4, {"mode": "mix", "topologies": ["ring"], "hetero": "hetero-gossip:slowdown=1*3:topology=complete"},
                 tmp_path)
     assert r["weighted_err"] < 1e-5 and r["pair_diff"] == 0.0 and r["matched"] > 0
 
 
-@pytest.mark.mpi
 def test_slow_rank_paces_plain_gossip_and_hetero_gives_the_fast_rank_more_samples(tmp_path):
     got = {}
     for label, spec in (("plain", "hetero-gossip:slowdown=0*3:balance=false:favour-fast=false"),
@@ -69,7 +67,6 @@ def test_slow_rank_paces_plain_gossip_and_hetero_gives_the_fast_rank_more_sample
     assert ps["steps"] == hs["steps"] == 6
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     stop_resume_is_bitwise("hetero-gossip:slowdown=1*2", tmp_path, 3, 6)
 

@@ -77,7 +77,6 @@ def test_sync_warmup_is_sync_then_local(worker_run):
     assert not d["own_same_pseudo-sync:local:1"][0]
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise_and_consensus_distance_bounded(tmp_path):
     rows, (_, w, _) = stop_resume_is_bitwise("pseudo-sync:adaptive-local:2", tmp_path, 7, 14)
     assert not np.array_equal(w[0], w[1])

@@ -130,7 +130,6 @@ def test_spec_and_state_roundtrip():
     assert list(q.lrs) == [0.1, 0.2] and q.lrs.maxlen == 2
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     """The learning rates of the last k steps travel in the checkpoint: a stopped
     and resumed run equals the uninterrupted one (weights, momentum, metrics)."""

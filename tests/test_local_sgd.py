@@ -19,7 +19,6 @@ from .test_mpi import ATOL, RTOL, launch
 RUN = {"steps": 12, "batch": 8}  # mpi_worker: MLP on synthetic data, SGD lr 0.1, momentum 0.9
 
 
-@pytest.mark.mpi
 def test_period_1_equals_sync_with_and_without_momentum_averaging(tmp_path):
     sync, _ = launch(2, {"algo": "sync", **RUN}, tmp_path)
     for spec in ("local-sgd:period=1", "local-sgd:period=1:average-momentum=true"):
@@ -37,7 +36,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
         assert np.array_equal(run["weights"], plain["weights"]), spec
 
 
-@pytest.mark.mpi
 def test_replicas_meet_at_each_average_and_resume_is_bitwise(tmp_path):
     """H = 3 on 2 ranks for 8 steps: identical right after steps 3 and 6 (trace
     rows 2 and 5), apart in between; a run stopped after step 6 (on an average:
@@ -89,7 +87,6 @@ def _local_sgd_by_hand(P, steps, H, average_momentum, lr=0.1, mu=0.9, d=20):
     return np.array(out)
 
 
-@pytest.mark.mpi
 def test_momentum_averaging_on_and_off_follow_their_rules(tmp_path):
     """3 ranks, H = 3, 10 steps with given gradients (tests/gossip1_worker.py):
     each run equals its NumPy rule (averaging the buffers or not) to float32

@@ -19,7 +19,6 @@ from .test_mpi import launch as launch_mlp
 RUN = {"steps": 12, "batch": 8}
 
 
-@pytest.mark.mpi
 def test_four_ranks_follow_the_rule(tmp_path):
     runs = [{"spec": "pd-sgd:i1=2:i2=2", "steps": 14}, {"spec": "pd-sgd:i1=0:i2=1", "steps": 8},
             {"spec": "d-psgd:form=atc", "steps": 8}, {"spec": "pd-sgd:i1=4:i2=1:i1-decay=6:i1-min=1", "steps": 16}]
@@ -34,7 +33,6 @@ def test_four_ranks_follow_the_rule(tmp_path):
     assert all(p == 0 for _, _, p, _ in res)
 
 
-@pytest.mark.mpi
 def test_complete_graph_with_one_gossip_step_is_local_sgd(tmp_path):
     local, _ = launch_mlp(3, {"algo": "local-sgd:period=3", **RUN}, tmp_path)
     run, _ = launch_mlp(3, {"algo": "pd-sgd:i1=2:i2=1:topology=complete", **RUN}, tmp_path)
@@ -47,7 +45,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert np.array_equal(run["weights"], plain["weights"])
 
 
-@pytest.mark.mpi
 def test_resume_mid_cycle_is_bitwise(tmp_path):
     rows, _ = stop_resume_is_bitwise("pd-sgd:i1=3:i2=2:i1-decay=4", tmp_path, 4, 9)
     # I1 = 3 >> (t // 4) at each cycle's start: t = 0 (3), 5 (1), 8 (0); the stop after 4 steps is mid-cycle

@@ -17,7 +17,6 @@ from .test_mpi import ATOL, RTOL, launch
 RUN = {"steps": 12, "batch": 8}
 
 
-@pytest.mark.mpi
 def test_synchronous_before_the_switch_and_period_1_after_it_equal_sync(tmp_path):
     sync, _ = launch(2, {"algo": "sync", **RUN}, tmp_path)
     before, _ = launch(2, {"algo": "post-local-sgd:switch-step=12:period=4", **RUN}, tmp_path)
@@ -32,7 +31,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert np.array_equal(run["weights"], plain["weights"])
 
 
-@pytest.mark.mpi
 def test_identical_until_the_switch_then_meet_every_H_and_resume_is_bitwise(tmp_path):
     """t' = 3, H = 2, 9 steps on 2 ranks: rows 0-2 synchronous (identical, the
     gradient allreduced), then apart except right after the averages at rows 4,

@@ -30,7 +30,6 @@ P, STEPS, D = 4, 12, 20
 ID = "compressor=identity"
 
 
-@pytest.mark.mpi
 def test_four_ranks_identity_equivalences_topk_rules_and_bytes(tmp_path):
     runs = [{"spec": s, "steps": STEPS} for s in (
         "sync", "local-sgd:period=3", f"pqasgd:period=3:{ID}", f"pqasgd:period=1:{ID}", f"qprsgd:period=3:{ID}",
@@ -74,7 +73,6 @@ def test_one_rank(tmp_path):
     assert pqa_def["bytes"].sum() == 0 and qprg_def["bytes"].sum() == 0  # nothing leaves one rank
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise(tmp_path):
     """QSGD's stochastic rounding is drawn from (seed, rank, step): a resumed run draws the same."""
     rows, (_, w, _) = stop_resume_is_bitwise("pqasgd:period=3:error-feedback=true", tmp_path / "a", 5, 8)

@@ -62,7 +62,6 @@ def _check_push_sum(run, P, top, varies):
         assert off[:, 1:].max() > 1e-2, off
 
 
-@pytest.mark.mpi
 def test_push_sum_on_an_irregular_graph_and_the_default_one(tmp_path):
     run, _ = trace_run(4, {"algo": "sgp:topology=random-geometric", "steps": 8}, tmp_path)
     top = make_topology("random-geometric", 4, seed=0)
@@ -79,7 +78,6 @@ def test_push_sum_on_an_irregular_graph_and_the_default_one(tmp_path):
     _check_push_sum(run, 3, make_topology("directed-ring", 3), varies=False)
 
 
-@pytest.mark.mpi
 def test_complete_graph_averages_and_equals_sync(tmp_path):
     run, _ = trace_run(4, {"algo": "sgp:topology=complete", "steps": 5}, tmp_path)
     xb, after, g = (run[k].astype(np.float64) for k in ("x_before", "after", "grads"))
@@ -98,7 +96,6 @@ def test_one_rank_is_plain_sgd(tmp_path):
     assert np.array_equal(run["weights"], plain["weights"])
 
 
-@pytest.mark.mpi
 def test_resume_is_bitwise_and_evaluates_the_debiased_average(tmp_path):
     """3 ranks on the random-geometric graph of seed 0 (degrees 2, 1, 1: omega varies)."""
     summary, state, full = stop_resume_is_bitwise_n(3, "sgp:topology=random-geometric", tmp_path, 5, 9)
@@ -146,7 +143,6 @@ def test_bad_options_say_what_to_write(text, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.mpi
 def test_bad_graphs_give_one_line_errors(tmp_path):
     _, proc = trace_run(3, {"algo": "sgp:topology=one-peer-exponential", "steps": 2}, tmp_path, expect_ok=False)
     assert proc.returncode != 0 and "one-peer-exponential needs a power-of-two number of ranks, got 3" in proc.stderr

@@ -27,7 +27,6 @@ from .test_mpi import launch as launch_mlp
 RUN = {"steps": 12, "batch": 8}  # mpi_worker: MLP on synthetic data, SGD lr 0.1, momentum 0.9
 
 
-@pytest.mark.mpi
 def test_period_1_and_full_warmup_equal_sync_bitwise(tmp_path):
     sync, _ = launch_mlp(2, {"algo": "sync", **RUN}, tmp_path)
     for spec in ("ssd-sgd:period=1:warmup=0", "ssd-sgd:period=4:warmup=12", "ssd-sgd:period=3:warmup=100"):
@@ -62,7 +61,6 @@ def simulate(P, steps, k, tw, lr=0.1, mu=0.9, d=20):
     return np.array(out)
 
 
-@pytest.mark.mpi
 def test_three_ranks_follow_the_rule(tmp_path):
     runs = [{"spec": "ssd-sgd:period=3:warmup=2", "steps": 14}, {"spec": "ssd-sgd:period=2:warmup=0", "steps": 9},
             {"spec": "ssd-sgd:period=5:warmup=1", "steps": 13}]
@@ -89,7 +87,6 @@ def _trace(out):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.mpi
 def test_resume_with_a_reduction_in_flight_is_bitwise_and_bytes_are_one_allreduce_per_period(tmp_path):
     """period 4, warm-up 2: posts after steps 1, 2 (warm-up, applied at once),
     5 and 9; the stop after 7 steps has step 5's reduction in flight and g_6

@@ -75,7 +75,6 @@ def test_stage_schedule(data, periods):
     assert [p for _, p in seen] == periods
 
 
-@pytest.mark.mpi
 def test_one_rank_is_plain_sgd_and_period_one_is_sync(tmp_path):
     """P = 1: the same weights as sync bitwise; P = 2 with k1 = 1 (and one
     stage): weights averaged every step equal sync's to float32 tolerance (the
@@ -95,7 +94,6 @@ def _ranks(path):
     return s, [np.asarray(r["weights"]) for r in s["ranks"]]
 
 
-@pytest.mark.mpi
 def test_replicas_meet_at_averages_and_resume_is_bitwise(tmp_path):
     """2 ranks, non-iid data (dirichlet:0.5), non-iid schedule, proximal
     term: stages of 4, 8, 16 steps with periods 2, 3, 4 (k1=2 x sqrt2 rounded).
