@@ -355,11 +355,13 @@ def numba_cache_is_warm() -> bool:
     return True
 
 
-def warm_numba_cache() -> None:
-    """Run :data:`WARM_KERNELS` (each list in one process, the lists side by
-    side) with one thread each, outputs in a temporary folder. A command that
-    fails only costs its kernels' warm-up: the tests that use them then compile
-    them and report the failure themselves."""
+@contextlib.contextmanager
+def warming_numba_cache():
+    """Start :data:`WARM_KERNELS` (each list in one process, the lists side by
+    side) with one thread each, outputs in a temporary folder; yield while they
+    run (the caller does other work meanwhile), then wait for them. A command
+    that fails only costs its kernels' warm-up: the tests that use them then
+    compile them and report the failure themselves."""
     import tempfile
     with tempfile.TemporaryDirectory(prefix="minips-warm-") as tmp:
         env = subprocess_env({"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
@@ -369,25 +371,29 @@ def warm_numba_cache() -> None:
         procs = [subprocess.Popen([sys.executable, "-c", script, repr(cmds), f"{tmp}/{n}"], cwd=ROOT, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for n, cmds in enumerate(WARM_KERNELS)]
-        for proc in procs:
-            try:
-                proc.wait(timeout=600)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        try:
+            yield
+        finally:
+            for proc in procs:
+                try:
+                    proc.wait(timeout=600)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 def pytest_configure(config):
     """Once per test session, before any worker starts: compile the project's
     Python files to bytecode (``__pycache__``) and its Numba kernels into
-    Numba's cache (:func:`warm_numba_cache`, unless the cache looks warm).
-    Where PYTHONDONTWRITEBYTECODE is set, as on some CI machines, every
-    ``python -m minips`` and ``mpiexec`` rank a test starts would otherwise
-    compile minips from source again (about 0.3 s of CPU per process);
-    reading ``.pyc`` files is allowed either way."""
+    Numba's cache (:func:`warming_numba_cache`, unless the cache looks warm;
+    the bytecode is compiled while the kernels are, the warm-up's longer
+    process leaving a core free). Where PYTHONDONTWRITEBYTECODE is set, as on
+    some CI machines, every ``python -m minips`` and ``mpiexec`` rank a test
+    starts would otherwise compile minips from source again (about 0.3 s of
+    CPU per process); reading ``.pyc`` files is allowed either way."""
     if os.environ.get("PYTEST_XDIST_WORKER") or config.option.collectonly:
         return
     import compileall
-    for folder in ("minips", "kernels", "tests", "tutorials"):
-        compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
-    if os.environ.get("NUMBA_DISABLE_JIT") != "1" and not numba_cache_is_warm():  # nothing to cache without JIT
-        warm_numba_cache()
+    warm = os.environ.get("NUMBA_DISABLE_JIT") != "1" and not numba_cache_is_warm()  # nothing to cache without JIT
+    with warming_numba_cache() if warm else contextlib.nullcontext():
+        for folder in ("minips", "kernels", "tests", "tutorials"):
+            compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
