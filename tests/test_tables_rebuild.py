@@ -3,8 +3,10 @@ the raw runs committed under docs/bench/ (never from the ignored runs/ folder), 
 refuses to run when a run it needs is missing instead of building the table from fewer seeds.
 
 The tables: docs/bench/accuracy/five/tables.md (the 5-seed tables: why `local` is the default),
-docs/bench/accuracy/gaps/tables.md (docs/accuracy.md section 8) and docs/bench/scale/study1/
-accuracy-vs-P.md (study 1 at 16-128 ranks, superseded, from its per-run record). Each script's
+docs/bench/accuracy/gaps/tables.md (docs/accuracy.md section 8), docs/bench/scale/study1/
+accuracy-vs-P.md (study 1 at 16-128 ranks, superseded, from its per-run record) and
+docs/bench/scale/screen-43/adaptive-local-lambda/table.md (the lambda adaptive-local learns in the
+stability map's runs, docs/accuracy.md section 11, from their traces). Each script's
 ``--check`` rebuilds in memory and compares with the committed files; it reads a few hundred
 small JSON files and takes well under a second."""
 import importlib
@@ -32,6 +34,8 @@ TABLE_SCRIPTS = {
     "five_seed_tables": ["docs/bench/accuracy/five/tables.md", "docs/bench/accuracy/five/tables.json"],
     "gap_tables": ["docs/bench/accuracy/gaps/tables.md", "docs/bench/accuracy/gaps/tables.json"],
     "scale_study": ["docs/bench/scale/study1/accuracy-vs-P.md", "docs/bench/scale/study1/accuracy-vs-P.json"],
+    "adaptive_local_lambda": ["docs/bench/scale/screen-43/adaptive-local-lambda/table.md",
+                              "docs/bench/scale/screen-43/adaptive-local-lambda/table.json"],
 }
 
 
