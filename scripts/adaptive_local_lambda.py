@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from raw_runs import check_or_write  # noqa: E402
+
 TRACES = ROOT / "docs" / "bench" / "scale" / "screen-43" / "adaptive-local-lambda"
 MAP = ROOT / "docs" / "bench" / "scale" / "map"
 RULE = "pseudo-sync-adaptive-local-1"
@@ -79,17 +83,10 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     rows = runs()
     md = table(rows)
-    files = {TRACES / "table.md": md + "\n", TRACES / "table.json": json.dumps(rows, indent=1) + "\n"}
-    if "--check" in argv:
-        for path, text in files.items():
-            if not path.exists() or path.read_text() != text:
-                print(f"{path.relative_to(ROOT)} differs from the table rebuilt from the traces")
-                return 1
-        return 0
-    print(md)
-    for path, text in files.items():
-        path.write_text(text)
-    return 0
+    if "--check" not in argv:
+        print(md)
+    return check_or_write({TRACES / "table.md": md + "\n", TRACES / "table.json": json.dumps(rows, indent=1) + "\n"},
+                          "--check" in argv)
 
 
 if __name__ == "__main__":
