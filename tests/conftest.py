@@ -6,8 +6,7 @@ The README's test command runs one pytest-xdist worker per core (setup.cfg's
 do (:func:`subprocess_env`): two workers of two threads each on two cores
 would wait for each other's descheduled threads. Tests marked ``mpi`` (those
 that launch ``mpiexec``; virtual ranks are not) share the cores through a lock
-(:func:`cores_for_ranks`, :func:`mpi_jobs_share_the_cores`), and their MPICH
-ranks yield the core while they wait.
+(:func:`cores_for_ranks`, :func:`mpi_jobs_share_the_cores`).
 """
 from __future__ import annotations
 
@@ -22,12 +21,6 @@ from pathlib import Path
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
-
-# MPICH ranks (every mpiexec a test starts inherits this) yield their core while they wait in
-# MPI instead of spinning: the tests run 4- and 8-rank jobs on two cores, where a spinning rank
-# takes the core from the rank it waits for. Only MPICH reads it; Open MPI yields by itself
-# when oversubscribed. Measured on the 8-rank equality test: 47 -> 38 s of CPU (docs/testing.md).
-os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 
 import numpy as np  # noqa: E402  (after the thread counts)
 import pytest  # noqa: E402
@@ -373,12 +366,17 @@ def warming_numba_cache():
                  for n, cmds in enumerate(WARM_KERNELS)]
         try:
             yield
-        finally:
+        except BaseException:  # Ctrl-C or an error meanwhile: stop the warm-up instead of waiting for it
             for proc in procs:
-                try:
-                    proc.wait(timeout=600)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                proc.kill()
+                proc.wait()
+            raise
+        for proc in procs:
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def pytest_configure(config):
