@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 import statistics
 import sys
@@ -38,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from raw_runs import check_or_write  # noqa: E402
-from stability_map import diverged_step, outcome  # noqa: E402
+from stability_map import diverged_step, outcome, run_text  # noqa: E402
 
 HERE = ROOT / "docs" / "bench" / "scale" / "screen-43" / "adaptive-local-lambda"
 TRACES = HERE / "traces"
@@ -71,14 +70,6 @@ def _trace(rel: str, columns: tuple[str, ...]) -> tuple[Path, list[dict]]:
     return found[0], rows
 
 
-def _outcome(summary: dict) -> str:
-    """As the map's table prints a run: its validation accuracy, ``div@N`` or ``chance (acc)``."""
-    o = outcome(summary, CHANCE)
-    if o == "diverged":
-        return f"div@{diverged_step(summary)}"
-    return f"chance ({summary['val_accuracy']:.4f})" if o == "collapsed" else f"{summary['val_accuracy']:.4f}"
-
-
 def _spike(rows: list[dict], after: int) -> int | None:
     """The first step > ``after`` whose loss exceeds SPIKE_LOSS or is not finite (NaN counts)."""
     return next((int(r["step"]) for r in rows if int(r["step"]) > after
@@ -103,8 +94,11 @@ def runs() -> list[dict]:
             _fail(f"{summary_path.relative_to(ROOT)} is missing: {LISTED.name} lists a run the map does not have")
         summary = json.loads(summary_path.read_text())
         path, rows = _trace(rel, ("step", "loss", "lr", "lambda") if m[3] == LEARNT else ("step", "loss"))
+        o = outcome(summary, CHANCE)
+        text = run_text({"outcome": o, "val": summary.get("val_accuracy"),
+                         "step": diverged_step(summary) if o == "diverged" else None})  # as the map prints it
         rec = {"rule": RULES[m[3]], "P": int(m[1]), "lr": float(m[2]), "seed": int(m[4]),
-               "outcome": _outcome(summary), "trains": outcome(summary, CHANCE) == "trains", "trace": path.name,
+               "outcome": text, "trains": o == "trains", "trace": path.name,
                "spike_step": _spike(rows, SPIKE_FROM - 1)}
         if m[3] == LEARNT:
             lam = [(int(r["step"]), float(r["lambda"])) for r in rows if r["lambda"]]
@@ -131,7 +125,7 @@ def table(rows: list[dict]) -> str:
     """The two markdown tables: every `adaptive-local` run, then the spikes per rule."""
     from minips.labs.stability import largest_stable_steps
     sync = largest_stable_steps()["synchronous"]
-    fmt = lambda x, f: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, f)  # noqa: E731
+    fmt = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
     out = ["Every stability-map run of `pseudo-sync:adaptive-local:1`: the lambda its regression learns "
            "(pooled: the same on every rank) and the ranks' mean loop's largest stable h * lr at that lambda "
            f"(noise-free quadratic model, k = 1, Nesterov 0.9; synchronous SGD: {sync:.3f}); a spike is a "
@@ -145,7 +139,7 @@ def table(rows: list[dict]) -> str:
                    f"| {fmt(r['median_lambda_later'], '.3f')} | {r['mean_loop_limit_at_first_lambda']:.3f} "
                    f"| {fmt(r['spike_after_first_learnt_step'], 'd')} | {r['outcome']} |")
     out += ["", f"Spikes after step {SPIKE_FROM - 1} in every map run of the three rules (a diverged run's loss "
-                "grows past 3 before it stops, so it counts):", "",
+                f"grows past {SPIKE_LOSS:g} before it stops, so it counts):", "",
             "| rule | runs | with a spike | runs that trained | of those, with a spike |",
             "|---|---:|---:|---:|---:|"]
     for rule in RULES.values():

@@ -467,7 +467,9 @@ def cmd_status(args) -> int:
 
 # ----------------------------------------------------------------------------- report
 
-def _fmt_run(r: dict) -> str:
+def run_text(r: dict) -> str:
+    """A run as the map's tables print it, from its :func:`read_raw` record: the validation
+    accuracy, ``div@N`` (stopped on a non-finite loss at step N) or ``chance (acc)``."""
     if r["outcome"] == "diverged":
         return f"div@{r['step']}" if r["step"] is not None else "div"
     if r["outcome"] == "collapsed":
@@ -505,7 +507,7 @@ def tables(cfg: dict, done: dict) -> tuple[str, dict]:
                 if not runs:
                     row.append("")
                     continue
-                txt = " / ".join(_fmt_run(runs[s]) for s in sorted(runs))
+                txt = " / ".join(run_text(runs[s]) for s in sorted(runs))
                 row.append(f"**{txt}**" if cell_outcome(runs) == "trains" else txt)
                 js["cells"].append({"rule": r, "P": P, "lr": lr, "verdict": cell_outcome(runs),
                                     "seeds": {str(s): runs[s] for s in sorted(runs)}})
