@@ -1,5 +1,6 @@
 """Worker for tests/test_local_predictors.py:
-``mpiexec -n P python tests/local_predictor_worker.py OUT.npz``.
+``mpiexec -n P python tests/local_predictor_worker.py OUT.npz``, or on P virtual ranks
+(``run_ranks(P, ...)``, as the tests run it).
 
 Two checks per launch, each a few steps of the tests' MLP on synthetic data:
 

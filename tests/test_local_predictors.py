@@ -1,7 +1,7 @@
 """The local-anchored predictors ``local`` and ``adaptive-local`` (issue 12):
 d^i_t = G_{t-k} + lambda (g^i_t - g^i_{t-k}).
 
-- Under mpiexec -n 4, with every rank fed the same batch, both equal synchronous
+- On 4 virtual ranks (tests/local_predictor_worker.py), with every rank fed the same batch, both equal synchronous
   SGD step by step (k = 1 and 2: the local gradient then equals the average);
   ``last`` does not (the check can fail). lambda is the same on every rank.
 - lambda's regression, in a one-process simulation of P = 4 ranks: it settles
@@ -13,9 +13,6 @@ d^i_t = G_{t-k} + lambda (g^i_t - g^i_{t-k}).
   weights, momentum, the metrics, the consensus distance), and the consensus
   distance stays bounded.
 """
-import shutil
-import subprocess
-import sys
 from collections import deque
 from pathlib import Path
 
@@ -25,25 +22,23 @@ import pytest
 from minips.distributed.algorithms import resolve
 from minips.distributed.algorithms.local_predictors import AdaptiveLocalPredictor, LocalPredictor
 
-from .conftest import ROOT, subprocess_env
+from .conftest import run_ranks
 from .local_sgd_checks import stop_resume_is_bitwise
 
 WORKER = str(Path(__file__).with_name("local_predictor_worker.py"))
-MPIEXEC = shutil.which("mpiexec")
 
 
-# --- under mpiexec ------------------------------------------------------------------
+# --- on 4 ranks ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def worker_run(tmp_path_factory):
-    """One ``mpiexec -n 4`` launch of the worker: every check below reads its file."""
+    """One run of the worker on 4 virtual ranks (the rules are under test, not MPI; virtual ranks
+    sum as MPICH does, tests/test_virtual.py): every check below reads its file."""
     out = tmp_path_factory.mktemp("local_predictor") / "w.npz"
-    r = subprocess.run([MPIEXEC, "-n", "4", sys.executable, WORKER, str(out)], capture_output=True, text=True,
-                       timeout=180, env=subprocess_env(), cwd=ROOT)
+    r = run_ranks(4, WORKER, str(out), timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     return np.load(out)
 
 
-@pytest.mark.mpi(ranks=4)
 def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(worker_run):
     d = worker_run
     sync = d["same_sync"]
@@ -62,7 +57,6 @@ def test_same_batch_on_every_rank_equals_sync_and_lambda_is_shared(worker_run):
         assert not d[f"own_identical_{k}"]   # own data: the ranks' weights differ
 
 
-@pytest.mark.mpi(ranks=4)
 def test_sync_warmup_is_sync_then_local(worker_run):
     """``local``'s sync_warmup = W (issue 31): own data per rank; the first W steps
     equal --algo sync bitwise with identical ranks, after them the ranks differ

@@ -51,7 +51,7 @@ MPI_STEPS = {"04_mpi_basics", "05_sync_sgd", "06_overlap_buckets", "07_pseudo_sy
 def kernel_env(monkeypatch, tmp_path):
     """The environment the kernel (and what it launches) inherits: fast mode, outputs in tmp_path."""
     for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD", "MINIPS_MPI",
-                "JPY_SESSION_NAME"):
+                "JPY_SESSION_NAME", "MINIPS_TUTORIAL_VIRTUAL_RANKS"):  # commands under mpiexec, as a student runs them
         monkeypatch.delenv(var, raising=False)
     for var, v in {"MINIPS_TUTORIAL_FAST": "1", "MINIPS_TUTORIAL_OUT": str(tmp_path / "out"),
                    "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",

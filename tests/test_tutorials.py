@@ -62,6 +62,7 @@ def _env(tmp_path, **extra):
                 "MINIPS_MPI"):
         e.pop(var, None)
     e.update({"MINIPS_TUTORIAL_FAST": "1", "MINIPS_TUTORIAL_OUT": str(tmp_path / "out"),
+              "MINIPS_TUTORIAL_VIRTUAL_RANKS": "1",  # tutorials/_common.py, mpiexec()
               "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
               "MPLBACKEND": "Agg", "MINIPS_CHECK_FIGURES": "1"})
     e.update(extra)
@@ -81,8 +82,11 @@ def test_every_step_file_is_listed():
     assert files == sorted(STEPS), "tests/test_tutorials.py::STEPS must list every tutorial step"
 
 
-#: steps that start mpiexec themselves (besides those run under it); two-rank jobs share the cores (conftest.py)
-LAUNCH_MPI = {"08_predictors", "10_scaling_and_clusters", "11_local_sgd", "12_gossip", "13_compression"}
+#: steps that start mpiexec themselves (besides those run under it); two-rank jobs share the cores (conftest.py).
+#: Their ``train`` and ``compare`` commands run on virtual ranks here (MINIPS_TUTORIAL_VIRTUAL_RANKS, set by
+#: _env): 08, 11, 12 and 13 start no mpiexec in this file, and 10 only for ``bench comm``. The notebook tests
+#: (tests/test_tutorial_notebooks.py, in .ci/run) run every step's commands under mpiexec, as a student does.
+LAUNCH_MPI = {"10_scaling_and_clusters"}
 
 
 def _step_param(step):
@@ -152,6 +156,30 @@ def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
     assert p.returncode == 0, out[-4000:]
     assert out.count("solution: passed") == 2 and out.count("wrong answers: rejected") == 2, out[-4000:]
     assert out.count("other right answers: accepted") == 2, out[-4000:]
+
+
+def test_the_tests_run_train_and_compare_on_virtual_ranks_and_the_rest_under_mpiexec(monkeypatch, capsys):
+    """tutorials/_common.py's mpiexec(): with MINIPS_TUTORIAL_VIRTUAL_RANKS=1 (this file's steps), a
+    ``train`` or ``compare`` command runs as one process with ``--virtual-ranks n``; any other command,
+    and every command without the variable, under ``mpiexec -n n``."""
+    import _common
+    from types import SimpleNamespace
+    started = []
+    monkeypatch.setattr(_common.subprocess, "run",
+                        lambda cmd, **kw: started.append(cmd) or SimpleNamespace(returncode=0, stdout="", stderr=""))
+    monkeypatch.setenv("MINIPS_TUTORIAL_VIRTUAL_RANKS", "1")
+    _common.mpiexec(2, ["-m", "minips", "compare", "--algos", "sync"])
+    _common.mpiexec(4, ["-m", "minips", "train", "--epochs", 1])
+    _common.mpiexec(2, ["-m", "minips", "bench", "comm"])
+    monkeypatch.setenv("MINIPS_TUTORIAL_VIRTUAL_RANKS", "0")
+    _common.mpiexec(2, ["-m", "minips", "train"])
+    assert started == [[sys.executable, "-m", "minips", "compare", "--algos", "sync", "--virtual-ranks", "2"],
+                       [sys.executable, "-m", "minips", "train", "--epochs", "1", "--virtual-ranks", "4"],
+                       ["mpiexec", "-n", "2", sys.executable, "-m", "minips", "bench", "comm"],
+                       ["mpiexec", "-n", "2", sys.executable, "-m", "minips", "train"]]
+    shown = capsys.readouterr().out  # the student's command is what is printed, either way
+    assert shown.count("$ mpiexec -n 2 python -m minips compare --algos sync") == 1
+    assert shown.count("virtual ranks in one process") == 2
 
 
 def test_placeholder_stops_with_a_message(tmp_path):

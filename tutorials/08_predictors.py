@@ -542,7 +542,7 @@ mpiexec(2, ["-m", "minips", "compare", "--model", model, "--epochs", "1", "--net
             "--algos", pick("sync,", "") + "pseudo-sync:last:2,pseudo-sync:adaptive:2,pseudo-sync:local:2,"
             "pseudo-sync:adaptive-local:2",
             "--out", cmp_dir, "--overwrite", "--quiet",
-            *fast_args])
+            *fast_args, *pick([], ["--no-figures"])])  # fast mode (the tests): compare draws no figures
 
 # %% [markdown]
 # Predictor options reach the command line through a TOML configuration file, in a

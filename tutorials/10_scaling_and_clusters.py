@@ -106,7 +106,8 @@ print(f"your fit: alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B; "
 
 # %%
 steps = pick(40, 8)
-common = ["--model", pick("convnet", "mlp"), "--batch-size", 32, "--epochs", 1, "--max-steps", steps, "--quiet"]
+common = ["--model", pick("convnet", "mlp"), "--batch-size", 32, "--epochs", 1, "--max-steps", steps, "--quiet",
+          *pick([], ["--no-figures"])]  # fast mode (the tests): compare draws no figures
 minips_cli(["compare", "--algos", "sync", "--out", OUT / "p1", "--overwrite", *common], env={"NUMBA_NUM_THREADS": "1",
                                                                              "OPENBLAS_NUM_THREADS": "1"})
 networks = pick(("real", "1gbe"), ("1gbe",))

@@ -210,7 +210,7 @@ show(fig, OUT / "local_sgd_H.png")
 algos = "sync,local-sgd:period=4,local-sgd:period=16,post-local-sgd:period=16"
 mpiexec(2, ["-m", "minips", "compare", "--algos", algos, "--model", pick("convnet", "mlp"), "--epochs", 1,
             "--network", "1gbe", "--out", OUT / "compare", "--quiet", "--overwrite",
-            *pick([], ["--max-steps", 8])], quiet=True)
+            *pick([], ["--max-steps", 8, "--no-figures"])], quiet=True)
 summaries = json.loads((OUT / "compare" / "compare.json").read_text())
 base = summaries[0]["bytes_sent_per_step"]
 say(f"{'algorithm':26s} {'test acc':>8s} {'MiB/step':>9s} {'vs sync':>8s} {'step ms':>8s} {'consensus':>10s}")

@@ -307,7 +307,7 @@ algos = ("sync,d-psgd:topology=complete:form=atc@complete-atc,d-psgd:topology=ri
          "d-psgd:topology=ring@ring-cta,gossip-pga:period=4:topology=ring@pga-4")
 mpiexec(P, ["-m", "minips", "compare", "--algos", algos, "--model", "mlp", "--epochs", 2, "--schedule", "constant",
             "--consensus-every", 1, "--out", OUT / "compare", "--quiet", "--overwrite",
-            *pick([], ["--max-steps", 8])], quiet=True)
+            *pick([], ["--max-steps", 8, "--no-figures"])], quiet=True)
 summaries = json.loads((OUT / "compare" / "compare.json").read_text())
 base = summaries[0]["bytes_sent_per_step"]
 say(f"{'run':13s} {'test acc':>8s} {'test loss':>9s} {'MiB/step':>9s} {'vs sync':>8s} {'consensus at end':>17s}")

@@ -218,7 +218,8 @@ assert gap < 1e-5 and abs(objective(x) - f_ef[-1]) <= 1e-3 * f_ef[-1]
 # %%
 algos = "sync,topk-sgd:ratio=0.0002,topk-sgd:ratio=0.0002:error-feedback=false"
 mpiexec(2, ["-m", "minips", "compare", "--algos", algos, "--model", "mlp", "--epochs", pick(3, 1),
-            "--out", OUT / "compare", "--quiet", "--overwrite", *pick([], ["--max-steps", 8])], quiet=True)
+            "--out", OUT / "compare", "--quiet", "--overwrite", *pick([], ["--max-steps", 8, "--no-figures"])],
+        quiet=True)
 summaries = json.loads((OUT / "compare" / "compare.json").read_text())
 base = summaries[0]["bytes_sent_per_step"]
 say(f"{'algorithm':42s} {'test acc':>8s} {'test loss':>9s} {'bytes/step':>11s} {'vs sync':>8s}")

@@ -227,12 +227,22 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     ``args`` are the arguments after ``python`` (e.g. ``["-m", "minips", "train", ...]``).
     The command is printed first so you can copy it into a terminal.
 
+    With ``MINIPS_TUTORIAL_VIRTUAL_RANKS=1`` (the test suite sets it; nothing else does), a
+    ``-m minips train`` or ``compare`` command runs instead as one process on ``n`` virtual
+    ranks (``--virtual-ranks n``: threads of that process, the same run bit for bit as under
+    mpiexec, tests/test_virtual_equals_mpi.py), which spares the tests a Python start-up per
+    rank. Any other command, and every run of a step outside the tests, uses mpiexec.
+
     Raises:
         RuntimeError: the command failed (its output is in the message).
     """
     cmd = ["mpiexec", "-n", str(n), sys.executable, *map(str, args)]
     shown = ["mpiexec", "-n", str(n), "python", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
+    if _flag("MINIPS_TUTORIAL_VIRTUAL_RANKS") and [str(a) for a in args[:3]] in (["-m", "minips", "train"],
+                                                                                 ["-m", "minips", "compare"]):
+        cmd = [sys.executable, *map(str, args), "--virtual-ranks", str(n)]
+        print(f"(run on {n} virtual ranks in one process: MINIPS_TUTORIAL_VIRTUAL_RANKS=1)", flush=True)
     e = dict(os.environ)
     for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
         e.pop(var, None)  # a fresh job, not a child of ours
