@@ -129,6 +129,25 @@ def test_virtual_ranks_replace_the_grids_ranks_and_launcher(tmp_path):
         load_grid(write(tmp_path, GRID.replace("ranks = [1, 2]", "ranks = [1, 2]\nvirtual = 1")))
 
 
+def test_a_run_killed_without_a_word_says_by_which_signal(tmp_path, monkeypatch):
+    """A training process killed by SIGKILL (the kernel's out-of-memory killer, as four stability-map
+    runs were: docs/bench/scale/map/oom-kills.txt) leaves stderr empty; its record says what ended it."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from minips.bench.study import runner
+    grid = load_grid(write(tmp_path))
+    spec = expand(grid)[0]
+    logged = []
+    for rc, want in ((-9, "killed by SIGKILL, nothing on stderr: often the kernel's out-of-memory killer"),
+                     (-15, "killed by SIGTERM, nothing on stderr"), (3, "exit status 3, nothing on stderr")):
+        monkeypatch.setattr(subprocess, "run",
+                            lambda *a, rc=rc, **k: SimpleNamespace(returncode=rc, stderr="", stdout=""))
+        rec = runner.run_one(spec, tmp_path / f"o{rc}", grid, "mpiexec", logged.append)
+        assert rec["status"] == "failed" and rec["message"][0].startswith(want), rec["message"]
+    assert "out-of-memory" not in " ".join(rec["message"])
+
+
 def test_dry_run_counts_the_runs_on_stderr(tmp_path):
     r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(tmp_path / "o"), "--dry-run"], timeout=60)
     assert r.returncode == 0, r.stderr
