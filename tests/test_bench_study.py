@@ -130,8 +130,9 @@ def test_virtual_ranks_replace_the_grids_ranks_and_launcher(tmp_path):
 
 
 def test_a_run_killed_without_a_word_says_by_which_signal(tmp_path, monkeypatch):
-    """A training process killed by SIGKILL (the kernel's out-of-memory killer, as four stability-map
-    runs were: docs/bench/scale/map/oom-kills.txt) leaves stderr empty; its record says what ended it."""
+    """A training process killed by SIGKILL (the kernel's out-of-memory killer, as three stability-map
+    runs and one of issue 43's screen were: docs/bench/scale/map/oom-kills.txt) leaves stderr empty; its
+    record says what ended it, as does mpiexec's 128 + 9 for a killed rank, and a plain exit status."""
     import subprocess
     from types import SimpleNamespace
 
@@ -140,12 +141,14 @@ def test_a_run_killed_without_a_word_says_by_which_signal(tmp_path, monkeypatch)
     spec = expand(grid)[0]
     logged = []
     for rc, want in ((-9, "killed by SIGKILL, nothing on stderr: often the kernel's out-of-memory killer"),
+                     (137, "exit status 137: a rank killed by SIGKILL, nothing on stderr: often the kernel's"),
                      (-15, "killed by SIGTERM, nothing on stderr"), (3, "exit status 3, nothing on stderr")):
         monkeypatch.setattr(subprocess, "run",
                             lambda *a, rc=rc, **k: SimpleNamespace(returncode=rc, stderr="", stdout=""))
         rec = runner.run_one(spec, tmp_path / f"o{rc}", grid, "mpiexec", logged.append)
         assert rec["status"] == "failed" and rec["message"][0].startswith(want), rec["message"]
     assert "out-of-memory" not in " ".join(rec["message"])
+    assert runner._silent_end("timeout", 600) == ["stopped at the grid's time limit (600 s), nothing on stderr"]
 
 
 def test_dry_run_counts_the_runs_on_stderr(tmp_path):

@@ -34,7 +34,7 @@ def worker_run(tmp_path_factory):
     """One run of the worker on 4 virtual ranks (the rules are under test, not MPI; virtual ranks
     sum as MPICH does, tests/test_virtual.py): every check below reads its file."""
     out = tmp_path_factory.mktemp("local_predictor") / "w.npz"
-    r = run_ranks(4, WORKER, str(out), timeout=180)
+    r = run_ranks(4, WORKER, str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     return np.load(out)
 

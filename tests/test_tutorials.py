@@ -3,7 +3,9 @@
 - ``test_tutorial_runs``: every ``tutorials/NN_*.py`` runs as a script in fast
   mode (``MINIPS_TUTORIAL_FAST=1``: small data, few steps; unsolved exercises
   use the reference solutions, so every check cell runs and must pass), MPI
-  steps under ``mpiexec -n 2``. Fails if the script raises or any check fails.
+  steps under ``mpiexec -n 2``; the ``train`` and ``compare`` commands a step starts run on virtual
+  ranks (MINIPS_TUTORIAL_VIRTUAL_RANKS=1, tutorials/_common.py). Fails if the script raises or any
+  check fails.
 - ``test_solution_passes_check``: each reference solution passes its check
   (MPI exercises under ``mpiexec -n 2``, through tests/tutorial_check_worker.py).
 - ``test_check_rejects_wrong_answer``: each check raises AssertionError on a

@@ -522,7 +522,7 @@ print(f"laboratory (P = 4, batch 8): lambda settles at {np.mean(sims['adaptive-l
 # subtracts each local gradient with the weight it was added with (`telescope=True`,
 # the default; `LocalPredictor._new_and_old` keeps the weights), so the sum still
 # telescopes for any sequence of lambdas. `tests/test_local_predictors.py` checks all of
-# this: the same batch on every rank gives sync step for step (under `mpiexec -n 4`),
+# this: the same batch on every rank gives sync step for step (on 4 ranks),
 # lambda settles near 1/P and 1 (and a regression with `<c, c>` in the numerator fails
 # that test), and the sums telescope to the NumPy value.
 

@@ -1,5 +1,7 @@
 """Helpers shared by the tutorials (they are not part of minips).
 
+Long because one job: the chores every step shares, in one place a student can skip.
+
 You do not need to read this file to follow the tutorials; it only handles
 the chores that every step shares:
 
@@ -230,7 +232,7 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     With ``MINIPS_TUTORIAL_VIRTUAL_RANKS=1`` (the test suite sets it; nothing else does), a
     ``-m minips train`` or ``compare`` command runs instead as one process on ``n`` virtual
     ranks (``--virtual-ranks n``: threads of that process, the same run bit for bit as under
-    mpiexec, tests/test_virtual_equals_mpi.py), which spares the tests a Python start-up per
+    mpiexec at the 2 and 4 ranks the steps use, tests/test_virtual_equals_mpi.py), which spares the tests a Python start-up per
     rank. Any other command, and every run of a step outside the tests, uses mpiexec.
 
     Raises:

@@ -1,7 +1,7 @@
 """Communication graphs: who talks to whom, with which weights. The one graph
 library of minips, used by the gossip training algorithms (a graph on the P
 ranks of a job) and by the averaging lab (up to 10,000 simulated nodes).
-NumPy only, no MPI: every rank builds the same graph from the same arguments
+NumPy (and SciPy's csgraph for the connectivity check), no MPI: every rank builds the same graph from the same arguments
 (:func:`check_same_on_all_ranks` verifies it).
 
 A :class:`Topology` is a **mixing matrix** ``W`` (float64) on n nodes: one

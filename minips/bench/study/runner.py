@@ -68,26 +68,31 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
         return {**rec, **run_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
     result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
-              "message": stderr.strip().splitlines()[-3:] if stderr.strip() else _silent_end(rc)}
+              "message": stderr.strip().splitlines()[-3:] if stderr.strip() else _silent_end(rc, grid.timeout_s)}
     if status == "diverged":  # keep the record so a rerun skips it
         atomic_write(out / "summary.json", json.dumps({"status": "diverged", "stderr_tail": result["message"]}) + "\n")
     log(f"  {status}: {' '.join(result['message'])[-300:]}")
     return {**rec, **result}
 
 
-def _silent_end(rc) -> list[str]:
-    """What to say of a run that ended without a word on stderr: killed by a signal (a negative
-    return code), SIGKILL most often by the kernel's out-of-memory killer."""
-    if not isinstance(rc, int) or rc >= 0:
-        return [f"exit status {rc}, nothing on stderr"]
+def _silent_end(rc, timeout_s=None) -> list[str]:
+    """What to say of a run that ended without a word on stderr: its time limit (``rc`` "timeout"),
+    a signal that killed it (a negative return code: the process itself; 128 + N: a launcher
+    such as mpiexec reporting a rank killed by signal N), SIGKILL most often from the kernel's
+    out-of-memory killer."""
     import signal
+    if rc == "timeout":
+        return [f"stopped at the grid's time limit ({timeout_s} s), nothing on stderr"]
+    if not isinstance(rc, int) or 0 <= rc <= 128:
+        return [f"exit status {rc}, nothing on stderr"]
+    number, who = (-rc, "killed") if rc < 0 else (rc - 128, f"exit status {rc}: a rank killed")
     try:
-        name = signal.Signals(-rc).name
+        name = signal.Signals(number).name
     except ValueError:
-        name = f"signal {-rc}"
+        name = f"signal {number}"
     hint = (": often the kernel's out-of-memory killer (dmesg | grep -i 'out of memory'); run fewer at once"
-            if -rc == signal.SIGKILL else "")
-    return [f"killed by {name}, nothing on stderr{hint}"]
+            if number == signal.SIGKILL else "")
+    return [f"{who} by {name}, nothing on stderr{hint}"]
 
 
 def run_record(out: Path, metric: str, report_metric: str | None = None, target: float | None = None) -> dict:
