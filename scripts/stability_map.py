@@ -367,7 +367,12 @@ def run_cell(cfg: dict, cell: Cell, out: Path, raw: Path, log, commit: bool, fig
 
 
 def _git_commit(raw: Path, msg: str, extra=()) -> None:
-    paths = [".", *(str(Path(p).resolve()) for p in extra)]
+    """Commit the raw folder (and ``extra`` files that git does not ignore: a figure under runs/ is
+    left out, not a reason to commit nothing); retried while another git command holds the index,
+    then said on stderr."""
+    extra = [str(Path(p).resolve()) for p in extra]
+    extra = [p for p in extra if subprocess.run(["git", "-C", str(raw), "check-ignore", "-q", p]).returncode != 0]
+    paths = [".", *extra]
     for _ in range(5):
         a = subprocess.run(["git", "-C", str(raw), "add", *paths], capture_output=True, text=True)
         c = subprocess.run(["git", "-C", str(raw), "commit", "-q", "-m", msg, "--", *paths], capture_output=True,
@@ -375,6 +380,8 @@ def _git_commit(raw: Path, msg: str, extra=()) -> None:
         if a.returncode == 0 and (c.returncode == 0 or "nothing" in c.stdout + c.stderr):
             return
         time.sleep(3)  # another git command holds the index
+    print(f"stability_map: could not commit {raw}: {(a.stderr + c.stderr).strip()[-300:]}; commit it by hand",
+          file=sys.stderr)
 
 
 def cmd_run(args) -> int:

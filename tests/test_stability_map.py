@@ -149,3 +149,23 @@ def test_the_diagnosis_table_rebuilds_from_its_raw_files():
     assert not apart[44] and all(apart[t] for t in apart if t >= 45)
     assert dd.leaves(local)[:2] == (9, 45) and "at step 54" in local["error"]
     assert dd.leaves(sync) is None
+
+
+def test_a_figure_under_an_ignored_folder_does_not_stop_the_commit(sm, tmp_path, capsys):
+    """A screen run with its figure under runs/ (ignored): the raw files are committed without it.
+    Before, `git add` refused the ignored path and the driver committed nothing, silently."""
+    import subprocess
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/runs/\n")
+    raw, fig = tmp_path / "raw", tmp_path / "runs" / "map.png"
+    raw.mkdir()
+    fig.parent.mkdir()
+    (raw / "map.md").write_text("| a |\n")
+    fig.write_bytes(b"png")
+    subprocess.run([*git, "config", "user.name", "t"], check=True)   # the driver's own commit needs an identity
+    subprocess.run([*git, "config", "user.email", "t@t"], check=True)
+    sm._git_commit(raw, "a run", [fig])
+    log = subprocess.run([*git, "log", "--name-only", "--format=%s"], capture_output=True, text=True).stdout
+    assert "a run" in log and "raw/map.md" in log and "map.png" not in log, log
+    assert "could not commit" not in capsys.readouterr().err
