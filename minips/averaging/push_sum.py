@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .base import AveragingMethod
-from ..distributed.topology import Topology
+from ..distributed.topology import Topology, components
 from .plain import period_rate
 
 __all__ = ["PushSum", "push_graph", "ESTIMATES"]
@@ -56,22 +56,11 @@ def push_graph(g: Topology) -> Topology:
 
 
 def _strongly_connected(g: Topology, alive: np.ndarray) -> bool:
+    """Whether the ``alive`` nodes (bool, shape (n,)) reach each other, forwards and back, along
+    the edges between alive nodes."""
     keep = alive[g.src] & alive[g.dst]
-    src, dst = g.src[keep], g.dst[keep]
-    start = int(np.flatnonzero(alive)[0])
-    for a, b in ((src, dst), (dst, src)):  # reach everyone forwards and backwards
-        seen = np.zeros(g.n, bool)
-        seen[start] = True
-        while True:
-            new = np.zeros(g.n, bool)
-            new[b[seen[a]]] = True
-            new &= ~seen
-            if not new.any():
-                break
-            seen |= new
-        if not seen[alive].all():
-            return False
-    return True
+    component = components(g.n, g.src[keep], g.dst[keep], "strong")
+    return bool((component[alive] == component[alive][0]).all())
 
 
 class PushSum(AveragingMethod):
