@@ -89,7 +89,9 @@ mpi_of_mpiexec() {
 
 case "$launcher" in
     srun)
-        launch=(srun --ntasks="$ranks" --cpus-per-task="$threads" --cpu-bind=cores)
+        # --kill-on-bad-exit=1: a rank that exits with an error (one that fails in MPI_Init, before
+        # minips can abort the job) ends the others, which would otherwise wait out the time limit
+        launch=(srun --ntasks="$ranks" --cpus-per-task="$threads" --cpu-bind=cores --kill-on-bad-exit=1)
         if [ -n "${MINIPS_SRUN_MPI:-}" ]; then launch+=(--mpi="$MINIPS_SRUN_MPI"); fi ;;
     mpiexec)
         # mpiexec reads the nodes and the ranks per node from the Slurm allocation

@@ -12,7 +12,9 @@
 # free pair from 16817 on) and read DIR/slurm.conf only, so they leave any other
 # Slurm or munge on the machine alone (two clusters in two DIRs can run side by
 # side); `sbatch` and friends find them through SLURM_CONF. Each start begins
-# with an empty queue: the state of a cluster DIR held before is cleared.
+# with an empty queue: the state of a cluster DIR held before is cleared; its jobs
+# are numbered from an id that no start in the week before used (MPICH names its
+# shared memory after the job id: see first_job_id below).
 #
 # Made for short test jobs: a requeued job may start again after 5 s (Slurm's
 # default is 120: AuthInfo's cred_expire), and the scheduler looks at pending
@@ -116,6 +118,13 @@ munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.sock
   || cannot "munged did not start: $(tail -n 2 "$DIR/munged.log" 2>/dev/null | tr '\n' ' ')"
 
 node=$(hostname -s)
+# Job ids: each start clears the queue, and Slurm would number jobs from 1 again. MPICH names its
+# shared-memory segment after the job (/dev/shm/mpich_shm_HASH_0, HASH of srun's PMI kvsname, "JOBID.STEP"),
+# and a job killed before MPI_Finalize leaves it behind: the next start's job with that id opened it and
+# failed in MPI_Init ("UCX ERROR failed to unpack address, invalid bandwidth 0.00", its other rank waiting;
+# docs/bench/ci/slurm-stale-shm.txt). So each start numbers from its own block of 100 ids, from the
+# clock: starts 1 s apart do not share an id, over 600,000 s (about a week; under MaxJobId, 67,043,328).
+first_job_id=$(( $(date +%s) % 600000 * 100 + 100 ))
 # this machine as slurmd sees it (CPUs, sockets, cores, threads, memory), less what slurmd prints besides
 hw=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]* //')
 cat > "$conf" <<EOF
@@ -150,6 +159,8 @@ ReturnToService=2
 KillWait=30
 # a finished job stays visible to squeue/scontrol for 5 minutes
 MinJobAge=300
+# jobs numbered from here (see first_job_id above)
+FirstJobId=$first_job_id
 NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF

@@ -82,7 +82,8 @@ def test_the_srun_line_and_a_requeued_job_resumes(tmp_path):
     r = _dry_run(tmp_path, env)
     assert r.returncode == 0, r.stderr
     line = r.stdout.splitlines()[-1]
-    assert line.startswith("+ srun --ntasks=8 --cpus-per-task=2 --cpu-bind=cores --mpi=pmix python -m minips train ")
+    assert line.startswith("+ srun --ntasks=8 --cpus-per-task=2 --cpu-bind=cores --kill-on-bad-exit=1 --mpi=pmix "
+                           "python -m minips train ")
     assert "--algo pseudo-sync:predictor=local:staleness=1" in line and "--resume" not in line
     out.mkdir()
     (out / "checkpoint.h5").write_bytes(b"")
@@ -107,6 +108,51 @@ def slurm():
     if r.returncode != 0 or not re.search(r"idle|mixed|alloc", r.stdout):
         pytest.fail(f"no Slurm node is up ({(r.stderr or r.stdout).strip()[:200]}): "
                     "eval $(scripts/slurm_one_node.sh env) after scripts/slurm_one_node.sh start", pytrace=False)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_a_task_that_fails_ends_the_srun_step(slurm, tmp_path):
+    """The example's srun flags (its dry-run line, 2 ranks) on a step whose task 1 exits with 3 at once and
+    whose task 0 would sleep 120 s: the step ends within 60 s with an error (--kill-on-bad-exit=1; without
+    it srun waited for task 0: 40.1 s against 0.3 s for a 40 s sleep, docs/bench/ci/slurm-stale-shm.txt)."""
+    r = _dry_run(tmp_path, {"SLURM_NTASKS": "2", "SLURM_CPUS_PER_TASK": "1", "SLURM_JOB_ID": "7"})
+    words = r.stdout.splitlines()[-1].split()
+    launch = words[1:words.index("python")]
+    assert launch[0] == "srun", words
+    prog = "import os, sys, time; sys.exit(3) if os.environ['SLURM_PROCID'] == '1' else time.sleep(120)"
+    t0 = time.time()
+    p = subprocess.run([*launch, "--oversubscribe", sys.executable, "-c", prog], capture_output=True, text=True,
+                       timeout=150, env=subprocess_env())
+    took = time.time() - t0
+    assert p.returncode != 0 and took < 60, (p.returncode, took, p.stderr[-2000:])
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_a_second_one_node_cluster_numbers_its_jobs_apart(slurm, tmp_path):
+    """Two starts of scripts/slurm_one_node.sh (the running one and a second, beside it) give their jobs
+    different ids, so a job of one never opens a shared-memory segment that a killed job of the other left
+    under the same PMI name (docs/distributed.md, "Job ids on the one-node cluster")."""
+    script = ROOT / "scripts" / "slurm_one_node.sh"
+
+    def first_job_id(conf):
+        r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "SLURM_CONF": str(conf)})
+        return int(re.search(r"FirstJobId\s*=\s*(\d+)", r.stdout).group(1))
+
+    time.sleep(1.1)  # the ids come from the clock's seconds: a start in the same second as the first would share
+    d = tmp_path / "second"
+    r = subprocess.run(["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=150)
+    try:
+        assert r.returncode == 0, r.stderr[-2000:]
+        a, b = first_job_id(os.environ["SLURM_CONF"]), first_job_id(d / "slurm.conf")
+        assert a != 1 and b != 1 and abs(a - b) >= 100, (a, b)
+        job = subprocess.run(["srun", "--ntasks=1", "true"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "SLURM_CONF": str(d / "slurm.conf")})
+        assert job.returncode == 0, job.stderr[-2000:]
+    finally:
+        subprocess.run(["bash", str(script), "stop", str(d)], capture_output=True, text=True, timeout=120)
 
 
 def _job(jobid: str) -> dict:
