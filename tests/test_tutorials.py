@@ -7,7 +7,7 @@
   ranks (MINIPS_TUTORIAL_VIRTUAL_RANKS=1, tutorials/_common.py). Fails if the script raises or any
   check fails.
 - ``test_solution_passes_check``: each reference solution passes its check
-  (MPI exercises under ``mpiexec -n 2``, through tests/tutorial_check_worker.py).
+  (MPI exercises under ``mpiexec -n 2``, all in one launch, through tests/tutorial_check_worker.py).
 - ``test_check_rejects_wrong_answer``: each check raises AssertionError on a
   plausible wrong answer (tests/tutorial_wrong_answers.py).
 - ``test_check_accepts_right_answers_written_differently``: each check accepts
@@ -150,14 +150,18 @@ def test_check_rejects_wrong_answer(exercise_id):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("exercise_id", PARALLEL)
-def test_mpi_solution_passes_and_wrong_answer_fails(exercise_id, tmp_path):
+def test_mpi_solutions_pass_and_wrong_answers_fail(tmp_path):
+    """Every MPI exercise (PARALLEL) in one ``mpiexec -n 2`` launch (it replaced one launch per exercise):
+    on both ranks its solution passes, its wrong answers are rejected, its other right answers accepted."""
+    assert PARALLEL
     p = subprocess.run(["mpiexec", "-n", "2", sys.executable, str(Path(__file__).parent / "tutorial_check_worker.py"),
-                        exercise_id], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+                        *PARALLEL], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
-    assert out.count("solution: passed") == 2 and out.count("wrong answers: rejected") == 2, out[-4000:]
-    assert out.count("other right answers: accepted") == 2, out[-4000:]
+    for i in PARALLEL:
+        assert out.count(f"{i}: solution: passed") == 2 and out.count(f"{i}: wrong answers: rejected") == 2, \
+            (i, out[-4000:])
+        assert out.count(f"{i}: other right answers: accepted") == 2, (i, out[-4000:])
 
 
 def test_the_tests_run_train_and_compare_on_virtual_ranks_and_the_rest_under_mpiexec(monkeypatch, capsys):
