@@ -13,7 +13,7 @@
 # Slurm or munge on the machine alone (two clusters in two DIRs can run side by
 # side); `sbatch` and friends find them through SLURM_CONF. Each start begins
 # with an empty queue: the state of a cluster DIR held before is cleared; its jobs
-# are numbered from an id that no start in the week before used (MPICH names its
+# are numbered from an id that no start in the 6.9 days before used (MPICH names its
 # shared memory after the job id: see first_job_id below).
 #
 # Made for short test jobs: a requeued job may start again after 5 s (Slurm's
@@ -123,7 +123,8 @@ node=$(hostname -s)
 # and a job killed before MPI_Finalize leaves it behind: the next start's job with that id opened it and
 # failed in MPI_Init ("UCX ERROR failed to unpack address, invalid bandwidth 0.00", its other rank waiting;
 # docs/bench/ci/slurm-stale-shm.txt). So each start numbers from its own block of 100 ids, from the
-# clock: starts 1 s apart do not share an id, over 600,000 s (about a week; under MaxJobId, 67,043,328).
+# clock: starts 1 s apart do not share an id (unless one submits 100 jobs or more), over 600,000 s (6.9
+# days; the largest id, 60,000,000, is under Slurm's default MaxJobId, 67,043,328).
 first_job_id=$(( $(date +%s) % 600000 * 100 + 100 ))
 # this machine as slurmd sees it (CPUs, sockets, cores, threads, memory), less what slurmd prints besides
 hw=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]* //')

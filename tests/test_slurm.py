@@ -113,18 +113,23 @@ def slurm():
 @pytest.mark.slurm
 @pytest.mark.timeout(180)
 def test_a_task_that_fails_ends_the_srun_step(slurm, tmp_path):
-    """The example's srun flags (its dry-run line, 2 ranks) on a step whose task 1 exits with 3 at once and
-    whose task 0 would sleep 120 s: the step ends within 60 s with an error (--kill-on-bad-exit=1; without
-    it srun waited for task 0: 40.1 s against 0.3 s for a 40 s sleep, docs/bench/ci/slurm-stale-shm.txt)."""
+    """The example's srun flags (its dry-run line, 2 ranks) on a step whose task 1 exits with 3 after 2 s and
+    whose task 0 is by then asleep for 120 s: the step ends within 60 s with an error (--kill-on-bad-exit=1;
+    without it srun waited for task 0: 40.1 s against 0.3 s for a 40 s sleep, docs/bench/ci/slurm-stale-shm.txt)."""
     r = _dry_run(tmp_path, {"SLURM_NTASKS": "2", "SLURM_CPUS_PER_TASK": "1", "SLURM_JOB_ID": "7"})
     words = r.stdout.splitlines()[-1].split()
     launch = words[1:words.index("python")]
     assert launch[0] == "srun", words
-    prog = "import os, sys, time; sys.exit(3) if os.environ['SLURM_PROCID'] == '1' else time.sleep(120)"
+    prog = ("import os, sys, time\n"
+            "if os.environ['SLURM_PROCID'] == '1':\n    time.sleep(2); sys.exit(3)\n"
+            "print('task 0 sleeping', flush=True); time.sleep(120)")
     t0 = time.time()
     p = subprocess.run([*launch, "--oversubscribe", sys.executable, "-c", prog], capture_output=True, text=True,
                        timeout=150, env=subprocess_env())
     took = time.time() - t0
+    # both tasks ran (task 0 was asleep when task 1 failed), and the step ended long before task 0's sleep would
+    assert "task 0 sleeping" in p.stdout and re.search(r"task 1: Exited with exit code 3", p.stderr), \
+        (p.returncode, p.stdout[-1000:], p.stderr[-2000:])
     assert p.returncode != 0 and took < 60, (p.returncode, took, p.stderr[-2000:])
 
 
@@ -141,10 +146,11 @@ def test_a_second_one_node_cluster_numbers_its_jobs_apart(slurm, tmp_path):
                            env={**os.environ, "SLURM_CONF": str(conf)})
         return int(re.search(r"FirstJobId\s*=\s*(\d+)", r.stdout).group(1))
 
-    time.sleep(1.1)  # the ids come from the clock's seconds: a start in the same second as the first would share
     d = tmp_path / "second"
-    r = subprocess.run(["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=150)
+    env = {k: v for k, v in os.environ.items() if k != "MINIPS_SLURM_PORT"}  # its own ports, not the first's
     try:
+        r = subprocess.run(["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=150,
+                           env=env)
         assert r.returncode == 0, r.stderr[-2000:]
         a, b = first_job_id(os.environ["SLURM_CONF"]), first_job_id(d / "slurm.conf")
         assert a != 1 and b != 1 and abs(a - b) >= 100, (a, b)
