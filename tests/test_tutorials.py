@@ -26,7 +26,6 @@ the tutorials compute.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +160,8 @@ def test_mpi_solutions_pass_and_wrong_answers_fail(tmp_path):
     assert p.returncode == 0, out[-4000:]
     for i in PARALLEL:
         for what in ("solution: passed", "wrong answers: rejected", "other right answers: accepted"):
-            assert len(re.findall(rf"^rank \d+: {re.escape(i)}: {what}$", out, re.M)) == 2, (i, what, out[-4000:])
+            # ": 4.1: " cannot match 14.1; not anchored to lines: mpiexec may join the two ranks' lines
+            assert out.count(f": {i}: {what}") == 2, (i, what, out[-4000:])
 
 
 def test_the_tests_run_train_and_compare_on_virtual_ranks_and_the_rest_under_mpiexec(monkeypatch, capsys):
