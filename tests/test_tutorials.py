@@ -6,13 +6,13 @@
   steps under ``mpiexec -n 2``; the ``train`` and ``compare`` commands a step starts run on virtual
   ranks (MINIPS_TUTORIAL_VIRTUAL_RANKS=1, tutorials/_common.py). Fails if the script raises or any
   check fails.
-- ``test_solution_passes_check``: each reference solution passes its check
-  (MPI exercises under ``mpiexec -n 2``, all in one launch, through tests/tutorial_check_worker.py).
-- ``test_check_rejects_wrong_answer``: each check raises AssertionError on a
+- ``test_solution_passes_check``: each serial exercise's reference solution passes its check.
+- ``test_check_rejects_wrong_answer``: each serial check raises AssertionError on a
   plausible wrong answer (tests/tutorial_wrong_answers.py).
-- ``test_check_accepts_right_answers_written_differently``: each check accepts
-  right answers that differ from the reference solution
-  (tests/tutorial_right_answers.py); the MPI exercises' under mpiexec.
+- ``test_check_accepts_right_answers_written_differently``: each serial check accepts
+  right answers that differ from the reference solution (tests/tutorial_right_answers.py).
+- ``test_mpi_solutions_pass_and_wrong_answers_fail``: the same three for every MPI exercise, under
+  ``mpiexec -n 2``, all in one launch (tests/tutorial_check_worker.py).
 - ``test_placeholder_stops_with_a_message``: without solutions, an unsolved
   exercise stops the step with a message that says what to do.
 - ``test_tutorials_are_notebooks``: each step is a jupytext percent file with
