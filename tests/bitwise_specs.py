@@ -44,7 +44,7 @@ ALGOS = [
     "choco-sgd:topology=ring:gamma=0.5:compressor=sign:seed=0:radius=0.0",
 ]
 PREDICTORS = ["last", "ema", "holt", "lookahead", "adaptive", "local", "adaptive-local", "local-rewind",
-              "layerwise-local", "spike", "dc-asgd", "gap-aware"]
+              "layerwise-local", "local-pull", "spike", "dc-asgd", "gap-aware"]
 COMPRESSORS = ["identity", "fp16", "topk", "randomk", "sign", "qsgd-quant", "countsketch", "gaussian"]
 
 SPECS = (ALGOS + [f"pseudo-sync:predictor={p}:staleness=1@ps-{p}" for p in PREDICTORS]

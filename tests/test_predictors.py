@@ -81,24 +81,48 @@ def test_adaptive_recovers_diagonal_curvature_exactly_without_noise():
     assert pred.diagnostics["rel_error"] < 1e-2
 
 
+def _drive(p, opt, w, G, w_then, t, k):
+    """Step t of pseudo-sync's pipeline for one rank: the fill (t < k) or the prediction from
+    G_{t-k} (computed at w_then), then the step, by the predictor when it owns it."""
+    d = p.fill() if t < k else p.predict(G, w.copy(), w_then)
+    if d is not None:
+        own = getattr(p, "apply_step", None)
+        own(opt, w, d) if own else opt.apply(0, w, d)
+    return d
+
+
 def test_predictor_state_roundtrip():
+    """A predictor restored from its state_dict (with the optimizer's) continues exactly: the
+    same direction and the same weights after the step (as pseudo-sync drives it: fill,
+    then predictions from k-step-old averages, the step by the predictor where it owns it)."""
+    from minips.optim import SGD
+    from minips.tensor import Tensor
     rng = np.random.default_rng(1)
+    k = 2
     for name in PREDICTORS:
-        a, b = make_predictor(name, 2), make_predictor(name, 2)
+        a, b = make_predictor(name, k), make_predictor(name, k)
         w = np.zeros(5, np.float32)
-        for _ in range(4):
+        opt_a = SGD([Tensor(w)], lr=0.1, momentum=0.9, nesterov=True)
+        sent = []  # (G_t, w_t) in flight
+        for t in range(5):
             G = rng.standard_normal(5).astype(np.float32)
-            w2 = w - 0.1 * G
+            sent.append((G, w.copy()))
             if a.uses_local_gradient:  # local, adaptive-local: this rank's gradient first
                 a.observe_local(G + 0.1)
-            a.predict(G, w2, w)
-            w = w2
+            G_old, w_then = sent[t - k] if t >= k else (None, None)
+            _drive(a, opt_a, w, G_old, w_then, t, k)
         b.load_state_dict(a.state_dict())
+        wb = w.copy()
+        opt_b = SGD([Tensor(wb)], lr=0.1, momentum=0.9, nesterov=True)
+        opt_b.load_state_dict(opt_a.state_dict())
         G = rng.standard_normal(5).astype(np.float32)
+        G_old, w_then = sent[5 - k]
         for p in (a, b):
             if p.uses_local_gradient:
                 p.observe_local(G - 0.2)
-        np.testing.assert_array_equal(a.predict(G, w - 0.1, w), b.predict(G, w - 0.1, w))
+        da, db = _drive(a, opt_a, w, G_old, w_then, 5, k), _drive(b, opt_b, wb, G_old, w_then, 5, k)
+        np.testing.assert_array_equal(da, db, err_msg=name)
+        np.testing.assert_array_equal(w, wb, err_msg=name)
 
 
 def test_bad_predictor_options():

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sync_transition", "deviation_transition", "mean_transition", "stability_weight",
-           "largest_stable_steps", "weights_table"]
+__all__ = ["sync_transition", "deviation_transition", "mean_transition", "pull_deviation_transition",
+           "stability_weight", "largest_stable_steps", "weights_table"]
 
 
 def sync_transition(x: float, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
@@ -91,6 +91,36 @@ def mean_transition(x: float, k: int = 1, lam: float = 1.0, mu: float = 0.9, nes
     return A
 
 
+def pull_deviation_transition(x: float, k: int = 1, pull: float = 0.5, lam: float = 1.0, mu: float = 0.9,
+                              nesterov: bool = True) -> np.ndarray:
+    """A rank's difference from the ranks' mean under ``local-pull`` on ``f = h w^2 / 2`` (lr = 1,
+    h = x), noise-free: the direction ``lam x (e_t - e_{t-k})`` and, after the step, the pull
+    ``- pull e_{t-k}`` (:mod:`minips.distributed.algorithms.local_pull`). The pull acts on the
+    difference itself, so the state is (e_t, e_{t-1}, ..., e_{t-k}, v_t). ``pull = 0`` is
+    :func:`deviation_transition` plus an eigenvalue 1 (the constant offset, which nothing then
+    restores). The ranks' mean is not pulled (the pulls sum to zero): :func:`mean_transition`.
+    float64 (k + 2, k + 2).
+
+    Raises:
+        ValueError: k < 1, lam outside [0, 1], or pull outside [0, 1].
+    """
+    _check_k_lam(k, lam)
+    if not 0 <= pull <= 1:
+        raise ValueError(f"the pull must be in [0, 1], got {pull}")
+    n = k + 2
+    d = np.zeros(n)
+    d[0] += lam * x
+    d[k] -= lam * x                              # lam x (e_t - e_{t-k})
+    v_new = mu * np.eye(n)[n - 1] + d
+    A = np.zeros((n, n))
+    A[0] = np.eye(n)[0] - (d + mu * v_new if nesterov else v_new)
+    A[0, k] -= pull                              # the pull towards the mean of k steps ago
+    for j in range(1, k + 1):
+        A[j, j - 1] = 1
+    A[n - 1] = v_new
+    return A
+
+
 def _first_unstable(matrix, hi: float = 8.0, grid: int = 800) -> float:
     """The largest x below which ``matrix`` has spectral radius < 1 on all of (0, x): a scan for the
     first unstable point (the radius of a mixed fresh and stale direction is not monotonic in x),
@@ -123,17 +153,23 @@ def stability_weight(k: int = 1, mu: float = 0.9, nesterov: bool = True) -> floa
         _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam)))))
 
 
-def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True, lam: float | None = None) -> dict:
+def largest_stable_steps(k: int = 1, mu: float = 0.9, nesterov: bool = True, lam: float | None = None,
+                         pull: float | None = None) -> dict:
     """The largest stable ``h * lr`` on ``f = h w^2 / 2``: ``synchronous`` (also
     the ranks' mean under ``local``) and ``local_deviation`` (a rank's difference
     from the mean under ``local`` with staleness k), from the transition matrices;
     with a correction weight ``lam``, also ``weighted_mean`` and ``weighted_deviation``
-    (the two loops of ``d = G_{t-k} + lam (g_t - g_{t-k})``)."""
+    (the two loops of ``d = G_{t-k} + lam (g_t - g_{t-k})``); with a ``pull`` > 0,
+    also ``pulled_deviation`` (``local-pull``'s difference loop, with ``lam`` or 1; its
+    mean loop is ``weighted_mean``'s, or synchronous at lam = 1)."""
     out = {"synchronous": _first_unstable(lambda x: sync_transition(x, mu, nesterov)),
            "local_deviation": _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov))}
     if lam is not None:
         out["weighted_mean"] = _first_unstable(lambda x: mean_transition(x, k, lam, mu, nesterov))
         out["weighted_deviation"] = _first_unstable(lambda x: deviation_transition(x, k, mu, nesterov, lam))
+    if pull:
+        out["pulled_deviation"] = _first_unstable(
+            lambda x: pull_deviation_transition(x, k, pull, 1.0 if lam is None else lam, mu, nesterov))
     return out
 
 

@@ -44,6 +44,9 @@ also run in the one-process simulation :mod:`minips.labs.staleness`.
   (issue 31); :class:`~.local_layerwise.LayerwiseLocalPredictor`
   (``layerwise-local``, module :mod:`.local_layerwise`): ``adaptive-local``
   with one pooled confidence per parameter tensor (issue 31).
+- :class:`~.local_pull.LocalPullPredictor` (``local-pull``, module :mod:`.local_pull`):
+  ``local`` with each rank's weights pulled towards the ranks' mean of k steps
+  ago, a mean every rank computes from the averaged gradients (issue 43).
 """
 from __future__ import annotations
 
@@ -56,12 +59,13 @@ from .aesp import AdaptivePredictor
 from .delay_compensation import DCASGD, GapAware, SpikeCompensation
 from .local_predictors import AdaptiveLocalPredictor, LocalPredictor
 from .local_layerwise import LayerwiseLocalPredictor
+from .local_pull import LocalPullPredictor
 from .local_rewind import LocalRewindPredictor
 from .predictor_base import Predictor
 
 __all__ = ["Predictor", "LastPredictor", "EMAPredictor", "HoltPredictor", "LookaheadPredictor",
            "AdaptivePredictor", "LocalPredictor", "AdaptiveLocalPredictor", "LocalRewindPredictor",
-           "LayerwiseLocalPredictor", "PREDICTORS", "make_predictor"]
+           "LocalPullPredictor", "LayerwiseLocalPredictor", "PREDICTORS", "make_predictor"]
 
 
 class LastPredictor(Predictor):
@@ -178,7 +182,7 @@ class LookaheadPredictor(Predictor):
 #: ``predictor`` option). A new predictor is a class (subclass of Predictor) and a row here.
 PREDICTORS = {cls.name: cls for cls in (LastPredictor, EMAPredictor, HoltPredictor, LookaheadPredictor,
                                         AdaptivePredictor, LocalPredictor, AdaptiveLocalPredictor,
-                                        LocalRewindPredictor, LayerwiseLocalPredictor,
+                                        LocalRewindPredictor, LayerwiseLocalPredictor, LocalPullPredictor,
                                         SpikeCompensation, DCASGD, GapAware)}
 
 
