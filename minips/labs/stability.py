@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["sync_transition", "deviation_transition", "mean_transition", "pull_deviation_transition",
-           "stability_weight", "largest_stable_steps", "weights_table"]
+           "stability_weight", "largest_stable_steps", "weights_table", "pulls_table"]
 
 
 def sync_transition(x: float, mu: float = 0.9, nesterov: bool = True) -> np.ndarray:
@@ -186,4 +186,24 @@ def weights_table(k: int = 1, mu: float = 0.9, lams=(1.0, 0.9, 0.75, 0.625, 0.5,
         m, d = t["weighted_mean"], t["weighted_deviation"]
         dev = "no limit (lambda = 0: no step)" if lam == 0 else f"{d:.3f}"
         lines.append(f"| {lam:g} | {m:.3f} | {dev} | {min(m, d):.3f} |")
+    return "\n".join(lines)
+
+
+def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 1.0), lams=(1.0, 0.8, 0.7, 0.625, 0.5)) -> str:
+    """docs/accuracy.md section 11's table for ``local-pull``: for a pull and a correction weight
+    ``lambda``, the largest stable ``h * lr`` of the ranks' mean (the pull leaves it alone:
+    :func:`mean_transition`) and of a rank's difference from it (:func:`pull_deviation_transition`),
+    noise-free, Nesterov ``mu``, and the smaller of the two."""
+    sync = largest_stable_steps(k, mu)["synchronous"]
+    lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr, ranks' mean / a rank's difference (the smaller in "
+             f"bold); synchronous {sync:.3f}, local's difference {largest_stable_steps(k, mu)['local_deviation']:.3f}",
+             "", "| pull | " + " | ".join(f"lambda {lam:g}" for lam in lams) + " |",
+             "|---:|" + "---:|" * len(lams)]
+    for pull in pulls:
+        cells = []
+        for lam in lams:
+            t = largest_stable_steps(k, mu, True, lam=lam, pull=pull)
+            m, d = t["weighted_mean"], t["pulled_deviation"]
+            cells.append(f"{m:.2f} / {d:.2f} (**{min(m, d):.2f}**)")
+        lines.append(f"| {pull:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

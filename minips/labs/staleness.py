@@ -22,7 +22,8 @@ largest stable ``h * lr`` on ``f(w) = h w^2 / 2`` from the transition matrices, 
 *differences between ranks* under ``local``; :func:`largest_stable_lr` finds the largest stable
 learning rate of a simulation by bisection, and :func:`ranks_table` prints docs/accuracy.md's
 table of both (``python -m minips.labs.staleness ranks``); :func:`weights_table` the table of a
-correction weight's two loops (``python -m minips.labs.staleness weights``).
+correction weight's two loops (``python -m minips.labs.staleness weights``), :func:`pulls_table` those of
+``local-pull`` (``python -m minips.labs.staleness pulls``).
 
 Why the differences between ranks matter: on a quadratic with every rank's gradient
 ``g^i = h w^i + xi^i`` (xi^i: rank i's batch noise), ``local``'s direction
@@ -46,12 +47,12 @@ import numpy as np
 
 from ..optim import SGD
 from ..distributed.algorithms.predictors import Predictor, make_predictor
-from .stability import (deviation_transition, largest_stable_steps, mean_transition, stability_weight,  # noqa: F401
-                        sync_transition, weights_table)
+from .stability import (deviation_transition, largest_stable_steps, mean_transition, pulls_table,  # noqa: F401
+                        stability_weight, sync_transition, weights_table)
 
 __all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd", "simulate_ranks", "largest_stable_lr",
            "largest_stable_steps", "sync_transition", "deviation_transition", "mean_transition", "stability_weight",
-           "ranks_table", "weights_table"]
+           "ranks_table", "weights_table", "pulls_table"]
 
 
 @dataclass
@@ -305,4 +306,5 @@ def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
 if __name__ == "__main__":
     import sys
     cmd = sys.argv[1:]
-    print(ranks_table() if cmd == ["ranks"] else weights_table() if cmd == ["weights"] else comparison_table())
+    tables = {"ranks": ranks_table, "weights": weights_table, "pulls": pulls_table}
+    print(tables[cmd[0]]() if len(cmd) == 1 and cmd[0] in tables else comparison_table())
