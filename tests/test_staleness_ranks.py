@@ -105,3 +105,18 @@ def test_a_predictor_that_pools_sums_is_refused(problem):
     p, _ = problem
     with pytest.raises(ValueError, match="pools sums"):
         simulate_ranks(p, 2, "adaptive-local", steps=2)
+
+
+def test_the_lab_passes_predictor_options_and_the_weights_an_average_was_computed_at(problem):
+    """``predictor_options`` reach the rule (a bad one is refused by it), and ``local-pull``, which
+    needs the weights each arriving average was computed at, gets them: with every rank on the same
+    rows the ranks never differ, so the pull must be zero and the run ``local``'s, which holds only if
+    the mean the rule computes from those weights is the ranks' true mean of k steps before."""
+    p, _ = problem
+    with pytest.raises(ValueError, match=r"pull must be in \(0, 1\]"):
+        simulate_ranks(p, 2, "local-pull", steps=2, predictor_options={"pull": 2.0})
+    for k in (1, 2):
+        runs = [simulate_ranks(p, 4, name, staleness=k, lr=0.1, steps=200, same_batch=True, predictor_options=opts)
+                for name, opts in [("local", {}), ("local-pull", {"pull": 0.5})]]
+        assert not any(r["diverged"] for r in runs)
+        assert runs[1]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-5), k

@@ -23,7 +23,8 @@ largest stable ``h * lr`` on ``f(w) = h w^2 / 2`` from the transition matrices, 
 learning rate of a simulation by bisection, and :func:`ranks_table` prints docs/accuracy.md's
 table of both (``python -m minips.labs.staleness ranks``); :func:`weights_table` the table of a
 correction weight's two loops (``python -m minips.labs.staleness weights``), :func:`pulls_table` those of
-``local-pull`` (``python -m minips.labs.staleness pulls``).
+``local-pull`` (``python -m minips.labs.staleness pulls``), :func:`candidates_table` issue 43's
+candidates' largest stable rates with per-rank noise (``python -m minips.labs.staleness candidates``).
 
 Why the differences between ranks matter: on a quadratic with every rank's gradient
 ``g^i = h w^i + xi^i`` (xi^i: rank i's batch noise), ``local``'s direction
@@ -52,7 +53,7 @@ from .stability import (deviation_transition, largest_stable_steps, mean_transit
 
 __all__ = ["LeastSquares", "simulate_stale_sgd", "run_stale_sgd", "simulate_ranks", "largest_stable_lr",
            "largest_stable_steps", "sync_transition", "deviation_transition", "mean_transition", "stability_weight",
-           "ranks_table", "weights_table", "pulls_table"]
+           "ranks_table", "weights_table", "pulls_table", "candidates_table", "CANDIDATES"]
 
 
 @dataclass
@@ -165,7 +166,8 @@ def run_stale_sgd(problem: LeastSquares, predictor: str | Predictor = "last", st
 
 def simulate_ranks(problem: LeastSquares, P: int, predictor: str | None = None, staleness: int = 1,
                    lr: float = 0.05, momentum: float = 0.9, nesterov: bool = True, steps: int = 400,
-                   batch: int = 16, seed: int = 0, same_batch: bool = False, diverge_at: float = 1e4) -> dict:
+                   batch: int = 16, seed: int = 0, same_batch: bool = False, diverge_at: float = 1e4,
+                   predictor_options: dict | None = None) -> dict:
     """The stale-by-k rule on P ranks, each with its own weights, optimizer (SGD with
     ``momentum``, Nesterov by default, as the studies) and predictor, and its own
     minibatches of ``batch`` rows; the mean of the P fresh gradients is what the
@@ -179,6 +181,7 @@ def simulate_ranks(problem: LeastSquares, P: int, predictor: str | None = None, 
         steps, batch, seed: the run (batches drawn with ``seed``).
         same_batch: every rank gets the same rows (no per-rank noise).
         diverge_at: a weight of magnitude above it (or non-finite) stops the run.
+        predictor_options: the predictor's options (e.g. ``{"pull": 0.5}`` for ``local-pull``).
 
     Returns:
         ``{"diverged": bool, "steps": steps run, "consensus": [(1/P) sum_i ||w^i - w-bar||^2
@@ -194,7 +197,8 @@ def simulate_ranks(problem: LeastSquares, P: int, predictor: str | None = None, 
     d = problem.d
     W = [np.zeros(d, np.float32) for _ in range(P)]
     opts = [SGD([_Flat(w)], lr=lr, momentum=momentum, nesterov=nesterov) for w in W]
-    preds = None if predictor is None else [make_predictor(predictor, staleness) for _ in range(P)]
+    preds = None if predictor is None else [make_predictor(predictor, staleness, **(predictor_options or {}))
+                                            for _ in range(P)]
     if preds is not None and preds[0].extra_floats:
         raise ValueError(f"simulate_ranks: predictor {predictor!r} pools sums across ranks inside the allreduce; "
                          "run it in training (mpiexec or --virtual-ranks), not in this lab")
@@ -211,12 +215,12 @@ def simulate_ranks(problem: LeastSquares, P: int, predictor: str | None = None, 
             for i in range(P):
                 opts[i].apply(0, W[i], G)
         else:
-            in_flight.append(G)
+            in_flight.append((G, [w.copy() for w in W]))   # the average and the weights it was computed at
             arrived = in_flight.popleft() if len(in_flight) > staleness else None
             for i, p in enumerate(preds):
                 if p.uses_local_gradient:
                     p.observe_local(g[i])
-                di = p.fill() if arrived is None else p.predict(arrived, W[i], None)
+                di = p.fill() if arrived is None else p.predict(arrived[0], W[i], arrived[1][i])
                 if di is None:                    # pipeline fill of a replicated rule: no update
                     continue
                 if hasattr(p, "apply_step"):
@@ -271,6 +275,30 @@ def ranks_table(Ps=(1, 4, 16, 64), batches=(16, 256), steps: int = 400, seeds=(0
     return "\n".join(lines)
 
 
+#: issue 43's local-anchored candidates, (predictor, options), for :func:`candidates_table`
+CANDIDATES = (("local", {}), ("local", {"correction_weight": 0.5}), ("local-pull", {"pull": 0.5}),
+              ("local-pull", {"pull": 0.75, "correction_weight": 0.7}),
+              ("local-pull", {"pull": 1.0, "correction_weight": 0.7}))
+
+
+def candidates_table(Ps=(16, 32), batch: int = 16, steps: int = 400, seeds=(0, 1), rules=CANDIDATES) -> str:
+    """docs/accuracy.md section 11.5's table: the largest stable learning rate of each of issue 43's
+    local-anchored ``rules`` (k = 1) on P ranks with per-rank batches of ``batch`` rows (their own
+    noise), on the default :class:`LeastSquares`, as a share of synchronous SGD's, where the
+    noise-free limits (``python -m minips.labs.staleness pulls``) leave the noise out."""
+    problem = LeastSquares()
+    lines = [f"largest stable lr on P ranks, per-rank batch {batch}, k = 1, Nesterov 0.9, {steps} steps, "
+             f"seeds {list(seeds)} (share of synchronous SGD's in brackets)", "",
+             "| P | synchronous | " + " | ".join(f"`{n}`" + "".join(f" {k}={v:g}" for k, v in o.items())
+                                           for n, o in rules) + " |",
+             "|---:|---:|" + "---:|" * len(rules)]
+    for P in Ps:
+        s = largest_stable_lr(problem, P, None, batch, steps, seeds)
+        cells = [largest_stable_lr(problem, P, n, batch, steps, seeds, predictor_options=o) for n, o in rules]
+        lines.append(f"| {P} | {s:.4f} | " + " | ".join(f"{c:.4f} ({c / s:.3f})" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 class _Flat:
     """A bare parameter for the optimizer: the weight vector itself."""
 
@@ -306,5 +334,5 @@ def comparison_table(seeds=(0, 1, 2), steps: int = 1500) -> str:
 if __name__ == "__main__":
     import sys
     cmd = sys.argv[1:]
-    tables = {"ranks": ranks_table, "weights": weights_table, "pulls": pulls_table}
+    tables = {"ranks": ranks_table, "weights": weights_table, "pulls": pulls_table, "candidates": candidates_table}
     print(tables[cmd[0]]() if len(cmd) == 1 and cmd[0] in tables else comparison_table())
