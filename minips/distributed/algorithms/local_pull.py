@@ -31,7 +31,10 @@ Here the average of the weights costs no message at all:
   Noise-free, k = 1, Nesterov 0.9, the difference's largest stable ``h * lr``
   rises from 0.679 (``local``) to 0.848 at pull 0.5 and 0.93 at 0.75, and with a
   correction weight 0.7 to 1.21 and 1.33 (the mean's is 1.48 there; sync's 1.357):
-  :func:`minips.labs.stability.pull_deviation_transition`.
+  :func:`minips.labs.stability.pull_deviation_transition`. With per-rank noise the
+  staleness lab finds no such gain, and at 32 ranks, lr 0.32, every setting tried
+  diverged earlier than ``local`` (docs/accuracy.md section 11.5): a variant tried
+  by issue 43, kept selectable, not the default.
 
 So the drift cannot grow between blocking calls, and the Iallreduce carries the
 gradient alone (the bytes of ``local``). The cost: two more float32 copies of
