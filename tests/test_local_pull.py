@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from minips.distributed.algorithms.local_predictors import LocalPredictor
-from minips.distributed.algorithms.local_pull import LocalPullPredictor
+from minips.distributed.algorithms.local_pull import LocalPullPredictor, pull_bound
 from minips.distributed.algorithms.predictors import make_predictor
 from minips.labs.stability import largest_stable_steps
 from minips.optim import SGD
@@ -123,6 +123,21 @@ def test_bad_options_name_the_range():
         make_predictor("local-pull", 1, correction_weight=0.0)
     with pytest.raises(ValueError, match="no option.*sync_warmup"):
         make_predictor("local-pull", 1, sync_warmup=5)
+    with pytest.raises(ValueError, match=r"pull must be below 1.000 at staleness 1"):
+        make_predictor("local-pull", 1, pull=1.0)
+    with pytest.raises(ValueError, match=r"pull must be below 0.618 at staleness 2"):
+        make_predictor("local-pull", 2, pull=0.75)
+    make_predictor("local-pull", 2, pull=0.6)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_the_pull_bound_is_where_the_delayed_restoring_force_stops_damping(k):
+    """pull_bound(k) against the roots of e_{t+1} = e_t - pull e_{t-k} (z^(k+1) - z^k + pull = 0):
+    all inside the unit circle 1 % below the bound, one outside 1 % above it."""
+    def radius(a):
+        return max(abs(np.roots([1.0, -1.0] + [0.0] * (k - 1) + [a])))
+    b = pull_bound(k)
+    assert radius(0.99 * b) < 1 < radius(1.01 * b)
 
 
 def test_clipping_is_refused_in_one_line(tmp_path, capsys):

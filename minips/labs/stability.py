@@ -197,6 +197,9 @@ def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 1.0), lams=
     sync = largest_stable_steps(k, mu)["synchronous"]
     lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr, ranks' mean / a rank's difference (the smaller in "
              f"bold); synchronous {sync:.3f}, local's difference {largest_stable_steps(k, mu)['local_deviation']:.3f}",
+             f"(the pull's own loop, a restoring force k steps late, damps only below 2 sin(pi / (4k + 2)) = "
+             f"{2 * np.sin(np.pi / (4 * k + 2)):.3f}: a pull at or above it is marginal or unstable whatever the "
+             f"step, and local-pull refuses it)",
              "", "| pull | " + " | ".join(f"lambda {lam:g}" for lam in lams) + " |",
              "|---:|" + "---:|" * len(lams)]
     for pull in pulls:

@@ -47,6 +47,7 @@ and :meth:`LocalPullPredictor.apply_step` (the pull).
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -56,7 +57,16 @@ from ...optim import SGD
 from ...tensor import Tensor
 from .local_predictors import LocalPredictor
 
-__all__ = ["LocalPullPredictor"]
+__all__ = ["LocalPullPredictor", "pull_bound"]
+
+
+def pull_bound(k: int) -> float:
+    """The largest stable pull at staleness k, exclusive: ``2 sin(pi / (4k + 2))`` (1 at k = 1,
+    0.618 at k = 2, 0.445 at k = 3). With the gradient's feedback left out, a rank's difference
+    under the pull alone follows ``e_{t+1} = e_t - pull e_{t-k}``, whose roots stay inside the
+    unit circle exactly below this bound (the classical condition for a delayed negative feedback;
+    tests/test_local_pull.py checks it against the recursion's roots)."""
+    return 2.0 * math.sin(math.pi / (4 * k + 2))
 
 
 class LocalPullPredictor(LocalPredictor):
@@ -73,12 +83,13 @@ class LocalPullPredictor(LocalPredictor):
 
     Args:
         staleness: k >= 1.
-        pull: the share of the delayed difference taken back each step, in (0, 1]
-            (default 0.5).
+        pull: the share of the delayed difference taken back each step, in (0, 1] and below
+            :func:`pull_bound` (k) (default 0.5; the bound is 1 at k = 1, 0.618 at k = 2).
         correction_weight: lambda in (0, 1] (default 1: ``local``'s direction).
 
     Raises:
-        ValueError: pull outside (0, 1], or correction_weight outside (0, 1].
+        ValueError: pull outside (0, 1] or not below :func:`pull_bound` (k), or correction_weight
+            outside (0, 1].
 
     Diagnostics: none.
     """
@@ -106,6 +117,10 @@ class LocalPullPredictor(LocalPredictor):
     def __init__(self, staleness: int = 1, **options):
         super().__init__(staleness, **options)
         self.pull = float(self.pull)
+        bound = pull_bound(self.k)
+        if not self.pull < bound:
+            raise ValueError(f"local-pull: pull must be below {bound:.3f} at staleness {self.k} (a restoring force "
+                             f"k steps late oscillates above it: 2 sin(pi / (4k + 2))), got {self.pull:g}")
         self.mean_w = None                     # the shadow: mean_j w^j_s for the next s to apply
         self.mean_opt = None                   # its SGD (momentum buffer), built at step 0 from the rank's optimizer
         self.lrs = deque(maxlen=self.k + 1)    # lr of the last k + 1 steps, oldest first
