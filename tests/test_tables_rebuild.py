@@ -6,7 +6,9 @@ The tables: docs/bench/accuracy/five/tables.md (the 5-seed tables: why `local` i
 docs/bench/accuracy/gaps/tables.md (docs/accuracy.md section 8), docs/bench/scale/study1/
 accuracy-vs-P.md (study 1 at 16-128 ranks, superseded, from its per-run record) and
 docs/bench/scale/screen-43/adaptive-local-lambda/table.md (the correction weight a learning rule
-settles on in the stability map's runs, docs/accuracy.md section 11.4, from their per-step traces).
+settles on in the stability map's runs, docs/accuracy.md section 11.4, from their per-step traces)
+and docs/bench/scale/screen-43/correction05-verdict/verdict.md (issue 43's candidate against sync on
+fresh seeds, section 11.8).
 Each script's ``--check`` rebuilds in memory and compares with the committed files: the first three
 read a few hundred small JSON files in well under a second, the last about 60 traces and solves the
 staleness model's stability for each learnt weight (about a second)."""
@@ -37,6 +39,7 @@ TABLE_SCRIPTS = {
     "scale_study": ["docs/bench/scale/study1/accuracy-vs-P.md", "docs/bench/scale/study1/accuracy-vs-P.json"],
     "adaptive_local_lambda": ["docs/bench/scale/screen-43/adaptive-local-lambda/table.md",
                               "docs/bench/scale/screen-43/adaptive-local-lambda/table.json"],
+    "verdict_43": ["docs/bench/scale/screen-43/correction05-verdict/verdict.md"],
 }
 
 
