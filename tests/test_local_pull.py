@@ -95,6 +95,15 @@ def test_the_pulls_leave_the_ranks_mean_where_local_puts_it(k, lam):
     assert not np.allclose(pulled["w"], plain["w"], rtol=1e-3, atol=1e-3), "the pull changed no rank's weights"
 
 
+def test_a_stopped_run_resumes_bitwise_through_its_checkpoint(tmp_path):
+    """Through the Trainer and its checkpoint (the shadow, its momentum, the learning rates and the
+    last averages written and read back): stopped at step 7 and resumed to 14 on 2 virtual ranks,
+    every rank's weights and momentum, the metrics and the consensus distance equal an uninterrupted
+    run's, with k = 2 and a correction weight below 1 (so the kept averages matter)."""
+    from .local_sgd_checks import stop_resume_is_bitwise
+    stop_resume_is_bitwise("pseudo-sync:local-pull:2:pull=0.5:correction_weight=0.8", tmp_path, 7, 14)
+
+
 def test_it_resumes_exactly_from_its_state():
     """Stopped after 30 steps, its state_dict (and the optimizer's) loaded into new predictors
     continues to the same weights, bit for bit, as the run that never stopped."""
@@ -115,9 +124,9 @@ def test_it_resumes_exactly_from_its_state():
 
 
 def test_bad_options_name_the_range():
-    with pytest.raises(ValueError, match=r"local-pull: pull must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"local-pull: pull must be > 0"):
         make_predictor("local-pull", 1, pull=0.0)
-    with pytest.raises(ValueError, match=r"local-pull: pull must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"local-pull: pull must be below 1.000 at staleness 1"):
         make_predictor("local-pull", 1, pull=1.5)
     with pytest.raises(ValueError, match=r"correction_weight must be in \(0, 1\]"):
         make_predictor("local-pull", 1, correction_weight=0.0)
@@ -185,8 +194,20 @@ def test_the_difference_loop_holds_to_the_modelled_threshold(pull, lam):
     being lower. Pull 0.5: 0.848 (local: 0.679); pull 0.75 with lambda 0.7: 1.33 (below sync's
     1.357; the mean's own, lambda 0.7: 1.48)."""
     x = largest_stable_steps(1, 0.9, lam=lam, pull=pull)["pulled_deviation"]
+    assert x == pytest.approx({(0.5, 1.0): 0.848, (0.75, 0.7): 1.333}[(pull, lam)], abs=2e-3)  # as the docs quote
     assert x > largest_stable_steps(1, 0.9, lam=lam)["weighted_deviation"]
     kick = 1e-3
     assert ranks_on_a_quadratic(LocalPullPredictor, 0.95 * x, pull=pull, correction_weight=lam) < 1e-3 * kick
     assert ranks_on_a_quadratic(LocalPullPredictor, 1.05 * x, pull=pull, correction_weight=lam) > 10 * kick
     assert ranks_on_a_quadratic(LocalPredictor, 0.95 * x, correction_weight=lam) > 10 * kick
+
+
+def test_the_lab_tables_run():
+    """``python -m minips.labs.staleness pulls`` and ``candidates`` (docs/accuracy.md section 11.5)
+    build their tables: every candidate the lab lists is one the rule accepts (a smaller run)."""
+    from minips.labs.stability import pulls_table
+    from minips.labs.staleness import CANDIDATES, candidates_table
+    table = pulls_table()
+    assert "| 0.5 | 1.36 / 0.85 (**0.85**)" in table and "damps only below" in table
+    small = candidates_table(Ps=(4,), steps=40, seeds=(0,))
+    assert small.count("|") > 4 * len(CANDIDATES) and "| 4 |" in small

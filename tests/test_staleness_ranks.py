@@ -111,12 +111,15 @@ def test_the_lab_passes_predictor_options_and_the_weights_an_average_was_compute
     """``predictor_options`` reach the rule (a bad one is refused by it), and ``local-pull``, which
     needs the weights each arriving average was computed at, gets them: with every rank on the same
     rows the ranks never differ, so the pull must be zero and the run ``local``'s, which holds only if
-    the mean the rule computes from those weights is the ranks' true mean of k steps before."""
+    the mean the rule computes from those weights is the ranks' true mean of k steps before (with a
+    correction weight below 1 too, whose mean direction mixes two averages; the lab's rate is constant,
+    so the learning rates' bookkeeping is tests/test_local_pull.py's)."""
     p, _ = problem
-    with pytest.raises(ValueError, match=r"pull must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"pull must be below 1.000 at staleness 1"):
         simulate_ranks(p, 2, "local-pull", steps=2, predictor_options={"pull": 2.0})
-    for k in (1, 2):
+    for k, lam in ((1, 1.0), (2, 0.7)):
         runs = [simulate_ranks(p, 4, name, staleness=k, lr=0.1, steps=200, same_batch=True, predictor_options=opts)
-                for name, opts in [("local", {}), ("local-pull", {"pull": 0.5})]]
+                for name, opts in [("local", {"correction_weight": lam}),
+                                   ("local-pull", {"pull": 0.5, "correction_weight": lam})]]
         assert not any(r["diverged"] for r in runs)
         assert runs[1]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-5), k

@@ -189,7 +189,7 @@ def weights_table(k: int = 1, mu: float = 0.9, lams=(1.0, 0.9, 0.75, 0.625, 0.5,
     return "\n".join(lines)
 
 
-def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 1.0), lams=(1.0, 0.8, 0.7, 0.625, 0.5)) -> str:
+def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 0.9), lams=(1.0, 0.8, 0.7, 0.625, 0.5)) -> str:
     """docs/accuracy.md section 11's table for ``local-pull``: for a pull and a correction weight
     ``lambda``, the largest stable ``h * lr`` of the ranks' mean (the pull leaves it alone:
     :func:`mean_transition`) and of a rank's difference from it (:func:`pull_deviation_transition`),
@@ -198,8 +198,8 @@ def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 1.0), lams=
     lines = [f"k = {k}, Nesterov {mu}: largest stable h * lr, ranks' mean / a rank's difference (the smaller in "
              f"bold); synchronous {sync:.3f}, local's difference {largest_stable_steps(k, mu)['local_deviation']:.3f}",
              f"(the pull's own loop, a restoring force k steps late, damps only below 2 sin(pi / (4k + 2)) = "
-             f"{2 * np.sin(np.pi / (4 * k + 2)):.3f}: a pull at or above it is marginal or unstable whatever the "
-             f"step, and local-pull refuses it)",
+             f"{2 * np.sin(np.pi / (4 * k + 2)):.3f}: at the bound a rank's offset, which the gradient does not "
+             f"restore, is no longer damped, above it it grows; local-pull refuses both)",
              "", "| pull | " + " | ".join(f"lambda {lam:g}" for lam in lams) + " |",
              "|---:|" + "---:|" * len(lams)]
     for pull in pulls:

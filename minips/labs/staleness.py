@@ -277,8 +277,7 @@ def ranks_table(Ps=(1, 4, 16, 64), batches=(16, 256), steps: int = 400, seeds=(0
 
 #: issue 43's local-anchored candidates, (predictor, options), for :func:`candidates_table`
 CANDIDATES = (("local", {}), ("local", {"correction_weight": 0.5}), ("local-pull", {"pull": 0.5}),
-              ("local-pull", {"pull": 0.75, "correction_weight": 0.7}),
-              ("local-pull", {"pull": 1.0, "correction_weight": 0.7}))
+              ("local-pull", {"pull": 0.75, "correction_weight": 0.7}))
 
 
 def candidates_table(Ps=(16, 32), batch: int = 16, steps: int = 400, seeds=(0, 1), rules=CANDIDATES) -> str:

@@ -4,12 +4,14 @@ ranks' mean of k steps ago, a mean each rank computes itself (issue 43).
 Notation as in :mod:`.local_predictors`. Under ``local`` a rank's difference
 from the ranks' mean, ``e^i_t = w^i_t - mean_j w^j_t``, steps along
 ``h (e^i_t - e^i_{t-k})`` plus its own batch noise: nothing pulls it back, and
-its largest stable step is half of sync's (docs/accuracy.md, section 10). The
-delayed-averaging methods (DaSGD, Zhou et al. 2020; DGA, Zhu et al. 2021:
-local steps while the weights' average is computed in the background, then each
-rank replaces the part of its weights that the average covers; our reading of
-their update, a reconstruction) bound the drift by averaging *weights* late.
-Here the average of the weights costs no message at all:
+its largest stable step is half of sync's (docs/accuracy.md, section 10).
+Source of the correction: DaSGD (Zhou, Zhang, Li, Liu, Yang, Wang & Huang,
+2020, "delayed averaging"), whose text we did not read; as it is described, the
+ranks take local steps while the average of their *weights* is computed in the
+background, and when it arrives each rank replaces its own weights of some steps
+ago by that average, keeping the progress made since. This file is a
+**reconstruction** of that correction, scaled by a pull, with one change: the
+average of the weights is not sent.
 
 - **Every rank knows the mean exactly, k steps late.** The ranks start from the
   same weights and momentum, and the optimizer is linear in the direction (SGD
@@ -27,20 +29,23 @@ Here the average of the weights costs no message at all:
       w^i_{t+1} <- w^i_{t+1} - pull * e^i_{t-k}
 
   The pulls sum to zero over the ranks (the e^i of one step do), so the ranks'
-  mean moves as under ``local``; each rank's difference gets a restoring force.
+  mean moves as under ``local``; each rank's difference gets a restoring force,
+  k steps late, which damps only for a pull below :func:`pull_bound` (k).
   Noise-free, k = 1, Nesterov 0.9, the difference's largest stable ``h * lr``
   rises from 0.679 (``local``) to 0.848 at pull 0.5 and 0.93 at 0.75, and with a
   correction weight 0.7 to 1.21 and 1.33 (the mean's is 1.48 there; sync's 1.357):
   :func:`minips.labs.stability.pull_deviation_transition`. With per-rank noise the
-  staleness lab finds no such gain, and at 32 ranks, lr 0.32, every setting tried
-  diverged earlier than ``local`` (docs/accuracy.md section 11.5): a variant tried
-  by issue 43, kept selectable, not the default.
+  staleness lab finds little of that gain, and at 32 ranks, lr 0.32, every setting
+  tried diverged earlier than ``local`` (docs/accuracy.md section 11.5): a variant
+  tried by issue 43, kept selectable, not the default.
 
-So the drift cannot grow between blocking calls, and the Iallreduce carries the
-gradient alone (the bytes of ``local``). The cost: two more float32 copies of
-the weights (the shadow and its momentum) and one optimizer step on the shadow
-per step. (Our construction, not a transcription of DaSGD or DGA, which send
-weights.)
+The Iallreduce carries the gradient alone (the bytes of ``local``). The cost: the
+shadow and its momentum buffer, the pending difference ``e``, and with lambda < 1
+the last k averages (float32 (n,) each), and one optimizer step on the shadow per
+step. ``local``'s synchronous start (``sync_warmup``) is not an option here: its
+steps skip the predictor, so the shadow would miss them. (DGA, Zhu, Lin, Lu, Lin &
+Han 2021, "delayed gradient averaging", corrects a rank's local gradient by the
+delayed average as ``local`` does; it is not what this file adds.)
 
 The arithmetic is NumPy in :meth:`LocalPullPredictor.predict` (the shadow's step)
 and :meth:`LocalPullPredictor.apply_step` (the pull).
@@ -64,8 +69,8 @@ def pull_bound(k: int) -> float:
     """The largest stable pull at staleness k, exclusive: ``2 sin(pi / (4k + 2))`` (1 at k = 1,
     0.618 at k = 2, 0.445 at k = 3). With the gradient's feedback left out, a rank's difference
     under the pull alone follows ``e_{t+1} = e_t - pull e_{t-k}``, whose roots stay inside the
-    unit circle exactly below this bound (the classical condition for a delayed negative feedback;
-    tests/test_local_pull.py checks it against the recursion's roots)."""
+    unit circle exactly below this bound (Levin & May, 1976, as ``2 cos(k pi / (2k + 1))``, the
+    same number; tests/test_local_pull.py checks it against the recursion's roots)."""
     return 2.0 * math.sin(math.pi / (4 * k + 2))
 
 
@@ -83,13 +88,12 @@ class LocalPullPredictor(LocalPredictor):
 
     Args:
         staleness: k >= 1.
-        pull: the share of the delayed difference taken back each step, in (0, 1] and below
-            :func:`pull_bound` (k) (default 0.5; the bound is 1 at k = 1, 0.618 at k = 2).
+        pull: the share of the delayed difference taken back each step, in (0, :func:`pull_bound` (k))
+            (default 0.5; the bound is 1 at k = 1, 0.618 at k = 2, 0.445 at k = 3).
         correction_weight: lambda in (0, 1] (default 1: ``local``'s direction).
 
     Raises:
-        ValueError: pull outside (0, 1] or not below :func:`pull_bound` (k), or correction_weight
-            outside (0, 1].
+        ValueError: pull outside (0, :func:`pull_bound` (k)), or correction_weight outside (0, 1].
 
     Diagnostics: none.
     """
@@ -102,14 +106,14 @@ class LocalPullPredictor(LocalPredictor):
     class Options:
         pull: float = field(default=0.5, metadata={
             "help": "the share of a rank's difference from the ranks' mean of k steps ago taken back each step, "
-                    "in (0, 1]"})
+                    "in (0, 2 sin(pi / (4k + 2))): below 1 at k = 1, 0.618 at k = 2"})
         correction_weight: float = field(default=1.0, metadata={
             "help": "the correction weight lambda in (0, 1]: d = G_{t-k} + lambda (g_t - g_{t-k})"})
 
         def validate(self):
-            if not 0 < self.pull <= 1:
-                raise ValueError(f"local-pull: pull must be in (0, 1] (the share of the delayed difference taken "
-                                 f"back each step), got {self.pull}")
+            if not self.pull > 0:   # the upper bound depends on k: the constructor checks it
+                raise ValueError(f"local-pull: pull must be > 0 (the share of the delayed difference taken back "
+                                 f"each step), got {self.pull}")
             if not 0 < self.correction_weight <= 1:
                 raise ValueError(f"local-pull: correction_weight must be in (0, 1] (1 = local's direction), "
                                  f"got {self.correction_weight}")
@@ -123,11 +127,15 @@ class LocalPullPredictor(LocalPredictor):
                              f"k steps late oscillates above it: 2 sin(pi / (4k + 2))), got {self.pull:g}")
         self.mean_w = None                     # the shadow: mean_j w^j_s for the next s to apply
         self.mean_opt = None                   # its SGD (momentum buffer), built at step 0 from the rank's optimizer
-        self.lrs = deque(maxlen=self.k + 1)    # lr of the last k + 1 steps, oldest first
+        self.lrs = deque(maxlen=self.k + 1)    # lr of the steps so far, the last k + 1; at step t's predict
+        #                                        it ends with lr_{t-1}, so lr_{t-k} is lrs[-k]
         self.averages = deque(maxlen=self.k)   # G_{s-k} .. G_{s-1} for the mean direction when lambda < 1
         self.e = None                          # w^i_{t-k} - mean_{t-k}, applied by the next apply_step
 
     def predict(self, G, w_now, w_then):
+        """``local``'s direction (float32 (n,)) from ``G`` = G_{t-k} (float32 (n,)); on the way it
+        records this rank's difference from the mean at step t-k (``w_then`` = w^i_{t-k}, float32
+        (n,)), for :meth:`apply_step`, and steps the shadow from the mean of step t-k to t-k+1."""
         d = super().predict(G, w_now, w_then)
         s = self.t - 1 - self.k                # G is G_s, computed at w_then = w^i_s
         self.e = w_then - self.mean_w          # this rank's difference from the mean at step s
@@ -141,7 +149,9 @@ class LocalPullPredictor(LocalPredictor):
         return d
 
     def apply_step(self, optimizer, w: np.ndarray, d: np.ndarray) -> None:
-        """The optimizer's step with d, then the pull (from step k on)."""
+        """In place on this rank's weights ``w`` (float32 (n,)): the optimizer's step with ``d``,
+        then, from step k on, the pull by the difference :meth:`predict` recorded. At step 0 it
+        copies ``w`` (the same on every rank) as the shadow's start."""
         if self.mean_w is None:                # step 0: every rank holds the same weights and no momentum yet
             self.mean_w = w.copy()
             self.mean_opt = self._shadow_sgd(optimizer.state_dict())
