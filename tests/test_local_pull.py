@@ -126,17 +126,16 @@ def test_it_resumes_exactly_from_its_state():
 def test_bad_options_name_the_range():
     with pytest.raises(ValueError, match=r"local-pull: pull must be > 0"):
         make_predictor("local-pull", 1, pull=0.0)
-    with pytest.raises(ValueError, match=r"local-pull: pull must be below 1.000 at staleness 1"):
+    with pytest.raises(ValueError, match=r"local-pull: pull must be at most 1.000 at staleness 1"):
         make_predictor("local-pull", 1, pull=1.5)
     with pytest.raises(ValueError, match=r"correction_weight must be in \(0, 1\]"):
         make_predictor("local-pull", 1, correction_weight=0.0)
     with pytest.raises(ValueError, match="no option.*sync_warmup"):
         make_predictor("local-pull", 1, sync_warmup=5)
-    with pytest.raises(ValueError, match=r"pull must be below 1.000 at staleness 1"):
-        make_predictor("local-pull", 1, pull=1.0)
-    with pytest.raises(ValueError, match=r"pull must be below 0.618 at staleness 2"):
+    with pytest.raises(ValueError, match=r"pull must be at most 0.618 at staleness 2"):
         make_predictor("local-pull", 2, pull=0.75)
     make_predictor("local-pull", 2, pull=0.6)
+    make_predictor("local-pull", 1, pull=1.0)   # at the bound (1 up to rounding): taken
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])

@@ -115,7 +115,7 @@ def test_the_lab_passes_predictor_options_and_the_weights_an_average_was_compute
     correction weight below 1 too, whose mean direction mixes two averages; the lab's rate is constant,
     so the learning rates' bookkeeping is tests/test_local_pull.py's)."""
     p, _ = problem
-    with pytest.raises(ValueError, match=r"pull must be below 1.000 at staleness 1"):
+    with pytest.raises(ValueError, match=r"pull must be at most 1.000 at staleness 1"):
         simulate_ranks(p, 2, "local-pull", steps=2, predictor_options={"pull": 2.0})
     for k, lam in ((1, 1.0), (2, 0.7)):
         runs = [simulate_ranks(p, 4, name, staleness=k, lr=0.1, steps=200, same_batch=True, predictor_options=opts)

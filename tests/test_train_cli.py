@@ -78,7 +78,7 @@ def test_config_file_and_flag_override(tmp_path):
     (["--data", "cifar"], "unknown data set 'cifar'"),
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--predictor", "oracle"], "option predictor must be one of last, ema, holt, lookahead, adaptive, local, "
-                                "adaptive-local, local-rewind, layerwise-local, spike, dc-asgd, gap-aware, "
+                                "adaptive-local, local-rewind, layerwise-local, local-pull, spike, dc-asgd, gap-aware, "
                                 "got 'oracle'"),
     (["--network", "wifi"], "unknown network 'wifi'"),
     (["--batch-size", "20000"], "larger than this rank's share"),

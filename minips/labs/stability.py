@@ -199,7 +199,7 @@ def pulls_table(k: int = 1, mu: float = 0.9, pulls=(0.25, 0.5, 0.75, 0.9), lams=
              f"bold); synchronous {sync:.3f}, local's difference {largest_stable_steps(k, mu)['local_deviation']:.3f}",
              f"(the pull's own loop, a restoring force k steps late, damps only below 2 sin(pi / (4k + 2)) = "
              f"{2 * np.sin(np.pi / (4 * k + 2)):.3f}: at the bound a rank's offset, which the gradient does not "
-             f"restore, is no longer damped, above it it grows; local-pull refuses both)",
+             f"restore, is no longer damped, as under local; above it, it grows, and local-pull refuses it)",
              "", "| pull | " + " | ".join(f"lambda {lam:g}" for lam in lams) + " |",
              "|---:|" + "---:|" * len(lams)]
     for pull in pulls:

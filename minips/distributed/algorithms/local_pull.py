@@ -30,7 +30,8 @@ average of the weights is not sent.
 
   The pulls sum to zero over the ranks (the e^i of one step do), so the ranks'
   mean moves as under ``local``; each rank's difference gets a restoring force,
-  k steps late, which damps only for a pull below :func:`pull_bound` (k).
+  k steps late, which damps only for a pull below :func:`pull_bound` (k) (the rule
+  takes pulls up to it).
   Noise-free, k = 1, Nesterov 0.9, the difference's largest stable ``h * lr``
   rises from 0.679 (``local``) to 0.848 at pull 0.5 and 0.93 at 0.75, and with a
   correction weight 0.7 to 1.21 and 1.33 (the mean's is 1.48 there; sync's 1.357):
@@ -66,10 +67,11 @@ __all__ = ["LocalPullPredictor", "pull_bound"]
 
 
 def pull_bound(k: int) -> float:
-    """The largest stable pull at staleness k, exclusive: ``2 sin(pi / (4k + 2))`` (1 at k = 1,
-    0.618 at k = 2, 0.445 at k = 3). With the gradient's feedback left out, a rank's difference
-    under the pull alone follows ``e_{t+1} = e_t - pull e_{t-k}``, whose roots stay inside the
-    unit circle exactly below this bound (Levin & May, 1976, as ``2 cos(k pi / (2k + 1))``, the
+    """The largest pull at staleness k: ``2 sin(pi / (4k + 2))`` (1 at k = 1, 0.618 at k = 2, 0.445
+    at k = 3). With the gradient's feedback left out, a rank's difference under the pull alone
+    follows ``e_{t+1} = e_t - pull e_{t-k}``, whose roots stay inside the unit circle exactly below
+    this bound (at it, one pair is on the circle: the offset is no longer damped, as under
+    ``local``, where nothing damps it; above it, it grows) (Levin & May, 1976, as ``2 cos(k pi / (2k + 1))``, the
     same number; tests/test_local_pull.py checks it against the recursion's roots)."""
     return 2.0 * math.sin(math.pi / (4 * k + 2))
 
@@ -88,12 +90,12 @@ class LocalPullPredictor(LocalPredictor):
 
     Args:
         staleness: k >= 1.
-        pull: the share of the delayed difference taken back each step, in (0, :func:`pull_bound` (k))
+        pull: the share of the delayed difference taken back each step, in (0, :func:`pull_bound` (k)]
             (default 0.5; the bound is 1 at k = 1, 0.618 at k = 2, 0.445 at k = 3).
         correction_weight: lambda in (0, 1] (default 1: ``local``'s direction).
 
     Raises:
-        ValueError: pull outside (0, :func:`pull_bound` (k)), or correction_weight outside (0, 1].
+        ValueError: pull outside (0, :func:`pull_bound` (k)], or correction_weight outside (0, 1].
 
     Diagnostics: none.
     """
@@ -106,7 +108,7 @@ class LocalPullPredictor(LocalPredictor):
     class Options:
         pull: float = field(default=0.5, metadata={
             "help": "the share of a rank's difference from the ranks' mean of k steps ago taken back each step, "
-                    "in (0, 2 sin(pi / (4k + 2))): below 1 at k = 1, 0.618 at k = 2"})
+                    "in (0, 2 sin(pi / (4k + 2))]: at most 1 at k = 1, 0.618 at k = 2"})
         correction_weight: float = field(default=1.0, metadata={
             "help": "the correction weight lambda in (0, 1]: d = G_{t-k} + lambda (g_t - g_{t-k})"})
 
@@ -122,9 +124,9 @@ class LocalPullPredictor(LocalPredictor):
         super().__init__(staleness, **options)
         self.pull = float(self.pull)
         bound = pull_bound(self.k)
-        if not self.pull < bound:
-            raise ValueError(f"local-pull: pull must be below {bound:.3f} at staleness {self.k} (a restoring force "
-                             f"k steps late oscillates above it: 2 sin(pi / (4k + 2))), got {self.pull:g}")
+        if self.pull > bound + 1e-12:  # (at k = 1 the bound is 1 up to rounding)
+            raise ValueError(f"local-pull: pull must be at most {bound:.3f} at staleness {self.k} (a restoring force "
+                             f"k steps late grows above it: 2 sin(pi / (4k + 2))), got {self.pull:g}")
         self.mean_w = None                     # the shadow: mean_j w^j_s for the next s to apply
         self.mean_opt = None                   # its SGD (momentum buffer), built at step 0 from the rank's optimizer
         self.lrs = deque(maxlen=self.k + 1)    # lr of the steps so far, the last k + 1; at step t's predict
