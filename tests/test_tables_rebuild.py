@@ -104,6 +104,7 @@ def test_a_finished_run_without_its_metrics_is_missing_too(tmp_path):
     ("docs/bench/accuracy/gaps/tables.md", ["docs/accuracy.md"]),
     ("docs/bench/scale/study1/accuracy-vs-P.md", ["docs/results.md"]),
     ("docs/bench/scale/screen-43/adaptive-local-lambda/table.md", ["docs/accuracy.md"]),
+    ("docs/bench/scale/screen-43/correction05-verdict/verdict.md", ["docs/accuracy.md"]),
 ])
 def test_the_docs_quote_the_committed_tables(table, docs):
     """Where a doc copies a committed table, it copies it as it is now: every data row of the
