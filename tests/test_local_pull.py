@@ -21,6 +21,21 @@ from minips.optim import SGD
 from minips.tensor import Tensor
 
 
+def pseudo_sync_step(preds, opts, w, g, pipeline, k):
+    """One step of P ranks as pseudo-sync drives them: each rank's local gradient ``g[i]`` observed,
+    their mean posted with the weights ``w`` (P, n) it was computed at, and, k steps later, each
+    rank's prediction from it (the fill before), applied by the predictor where it owns the step."""
+    pipeline.append((g.mean(axis=0, dtype=np.float64).astype(g.dtype), w.copy()))
+    for i, p in enumerate(preds):
+        p.observe_local(g[i].copy())
+    arrived = pipeline.popleft() if len(pipeline) > k else None
+    for i, (p, opt) in enumerate(zip(preds, opts)):
+        d = p.fill() if arrived is None else p.predict(arrived[0].copy(), w[i].copy(), arrived[1][i].copy())
+        own = getattr(p, "apply_step", None)
+        own(opt, w[i], d) if own else opt.apply(0, w[i], d)
+    return arrived
+
+
 def run_ranks(cls, grads, k, lrs, steps=None, state=None, **options):
     """Drive P ranks of predictor ``cls`` over ``grads`` (float32 (T, P, n)) with Nesterov 0.9
     and weight decay, learning rate ``lrs[t]`` at step t, from identical weights. With
@@ -39,20 +54,12 @@ def run_ranks(cls, grads, k, lrs, steps=None, state=None, **options):
     stop = T if steps is None else state["t"] + steps
     for t in range(state["t"], stop):
         state["history"].append(w.copy())
-        G = np.mean(grads[t], axis=0, dtype=np.float64).astype(np.float32)
-        pipeline.append((G, w.copy()))
-        for i, p in enumerate(preds):
-            p.observe_local(grads[t, i])
-        arrived = pipeline.popleft() if len(pipeline) > k else None
-        shadows = []
-        for i, (p, opt) in enumerate(zip(preds, opts)):
-            d = p.fill() if arrived is None else p.predict(arrived[0].copy(), w[i].copy(), arrived[1][i].copy())
-            if arrived is not None and getattr(p, "mean_w", None) is not None:
-                shadows.append(p.mean_w.copy())
+        for opt in opts:
             opt.lr = lrs[t]
-            own = getattr(p, "apply_step", None)
-            own(opt, w[i], d) if own else opt.apply(0, w[i], d)
-        state["shadow"].append(shadows)
+        arrived = pseudo_sync_step(preds, opts, w, grads[t], pipeline, k)
+        # the shadow after the prediction (apply_step leaves it alone once it exists)
+        state["shadow"].append([p.mean_w.copy() for p in preds if arrived is not None
+                                and getattr(p, "mean_w", None) is not None])
     state["t"] = stop
     return state
 
@@ -169,14 +176,7 @@ def ranks_on_a_quadratic(cls, h_lr, k=1, P=2, steps=600, **options):
     pipeline, worst = deque(), 0.0
     for t in range(steps):
         g = w.copy() + (kicks[:, None] if t < 3 else 0.0)      # g^i = h w^i (+ the kick)
-        pipeline.append((g.mean(axis=0), w.copy()))
-        for i, p in enumerate(preds):
-            p.observe_local(g[i].copy())
-        arrived = pipeline.popleft() if len(pipeline) > k else None
-        for i, (p, opt) in enumerate(zip(preds, opts)):
-            d = p.fill() if arrived is None else p.predict(arrived[0].copy(), w[i].copy(), arrived[1][i].copy())
-            own = getattr(p, "apply_step", None)
-            own(opt, w[i], d) if own else opt.apply(0, w[i], d)
+        pseudo_sync_step(preds, opts, w, g, pipeline, k)
         if not np.all(np.isfinite(w)):
             return np.inf                                        # overflowed: grown without bound
         if t >= steps - 50:

@@ -70,9 +70,10 @@ def pull_bound(k: int) -> float:
     """The largest pull at staleness k: ``2 sin(pi / (4k + 2))`` (1 at k = 1, 0.618 at k = 2, 0.445
     at k = 3). With the gradient's feedback left out, a rank's difference under the pull alone
     follows ``e_{t+1} = e_t - pull e_{t-k}``, whose roots stay inside the unit circle exactly below
-    this bound (at it, one pair is on the circle: the offset is no longer damped, as under
-    ``local``, where nothing damps it; above it, it grows) (Levin & May, 1976, as ``2 cos(k pi / (2k + 1))``, the
-    same number; tests/test_local_pull.py checks it against the recursion's roots)."""
+    this bound. At it one pair is on the circle: the offset is no longer damped, as under ``local``,
+    where nothing damps it; above it, it grows. (Levin & May, 1976, give it as
+    ``2 cos(k pi / (2k + 1))``, the same number; tests/test_local_pull.py checks it against the
+    recursion's roots.)"""
     return 2.0 * math.sin(math.pi / (4 * k + 2))
 
 
@@ -86,7 +87,7 @@ class LocalPullPredictor(LocalPredictor):
     The predictor owns the optimizer step (pseudo-sync calls :meth:`apply_step`).
 
     State: ``local``'s ring, the shadow mean weights and momentum (float32 (n,)),
-    the learning rates of the last k + 1 steps, the last k averages (for lambda < 1).
+    the learning rates of the last k steps, the last k averages (for lambda < 1).
 
     Args:
         staleness: k >= 1.
@@ -129,8 +130,7 @@ class LocalPullPredictor(LocalPredictor):
                              f"k steps late grows above it: 2 sin(pi / (4k + 2))), got {self.pull:g}")
         self.mean_w = None                     # the shadow: mean_j w^j_s for the next s to apply
         self.mean_opt = None                   # its SGD (momentum buffer), built at step 0 from the rank's optimizer
-        self.lrs = deque(maxlen=self.k + 1)    # lr of the steps so far, the last k + 1; at step t's predict
-        #                                        it ends with lr_{t-1}, so lr_{t-k} is lrs[-k]
+        self.lrs = deque(maxlen=self.k)        # lr of the last k steps, oldest first: lr_{t-k} at step t's predict
         self.averages = deque(maxlen=self.k)   # G_{s-k} .. G_{s-1} for the mean direction when lambda < 1
         self.e = None                          # w^i_{t-k} - mean_{t-k}, applied by the next apply_step
 
@@ -146,7 +146,7 @@ class LocalPullPredictor(LocalPredictor):
             mean_d = mean_d + np.float32(1 - self.lam) * self.averages[0]
         if self.lam != 1.0:
             self.averages.append(G.copy())
-        self.mean_opt.lr = self.lrs[-self.k]   # step s's learning rate
+        self.mean_opt.lr = self.lrs[0]         # step s's learning rate
         self.mean_opt.apply(0, self.mean_w, mean_d)   # the shadow: mean_j w^j_{s+1}
         return d
 
@@ -170,7 +170,7 @@ class LocalPullPredictor(LocalPredictor):
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
-        self.lrs = deque((float(x) for x in state["lrs"]), maxlen=self.k + 1)
+        self.lrs = deque((float(x) for x in state["lrs"]), maxlen=self.k)
         self.averages = deque((np.array(a, np.float32) for a in state["averages"]), maxlen=self.k)
         self.mean_w = None if state["mean_w"] is None else np.array(state["mean_w"], np.float32)
         self.mean_opt = None
