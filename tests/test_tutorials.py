@@ -165,27 +165,59 @@ def test_mpi_solutions_pass_and_wrong_answers_fail(tmp_path):
 
 
 def test_the_tests_run_train_and_compare_on_virtual_ranks_and_the_rest_under_mpiexec(monkeypatch, capsys):
-    """tutorials/_common.py's mpiexec(): with MINIPS_TUTORIAL_VIRTUAL_RANKS=1 (this file's steps), a
-    ``train`` or ``compare`` command runs as one process with ``--virtual-ranks n``; any other command,
-    and every command without the variable, under ``mpiexec -n n``."""
+    """tutorials/_common.py's mpiexec() and minips_cli(): with MINIPS_TUTORIAL_VIRTUAL_RANKS=1 (this
+    file's steps), a ``train`` or ``compare`` command runs in the step's own process with
+    ``--virtual-ranks n``, and so does every minips_cli() command; any other mpiexec() command, and
+    every command without the variable, as a new process (under ``mpiexec -n n``)."""
     import _common
     from types import SimpleNamespace
-    started = []
+    started, here = [], []
     monkeypatch.setattr(_common.subprocess, "run",
                         lambda cmd, **kw: started.append(cmd) or SimpleNamespace(returncode=0, stdout="", stderr=""))
+    monkeypatch.setattr(_common, "_run_here", lambda args, env: here.append((list(args), env)) or (0, ""))
     monkeypatch.setenv("MINIPS_TUTORIAL_VIRTUAL_RANKS", "1")
     _common.mpiexec(2, ["-m", "minips", "compare", "--algos", "sync"])
     _common.mpiexec(4, ["-m", "minips", "train", "--epochs", 1])
     _common.mpiexec(2, ["-m", "minips", "bench", "comm"])
+    _common.minips_cli(["gossip-lab", "-n", 8], env={"NUMBA_NUM_THREADS": "1"})
     monkeypatch.setenv("MINIPS_TUTORIAL_VIRTUAL_RANKS", "0")
     _common.mpiexec(2, ["-m", "minips", "train"])
-    assert started == [[sys.executable, "-m", "minips", "compare", "--algos", "sync", "--virtual-ranks", "2"],
-                       [sys.executable, "-m", "minips", "train", "--epochs", "1", "--virtual-ranks", "4"],
-                       ["mpiexec", "-n", "2", sys.executable, "-m", "minips", "bench", "comm"],
-                       ["mpiexec", "-n", "2", sys.executable, "-m", "minips", "train"]]
+    _common.minips_cli(["topology", "ring"])
+    assert here == [(["compare", "--algos", "sync", "--virtual-ranks", 2], None),
+                    (["train", "--epochs", 1, "--virtual-ranks", 4], None),
+                    (["gossip-lab", "-n", 8], {"NUMBA_NUM_THREADS": "1"})]
+    assert started == [["mpiexec", "-n", "2", sys.executable, "-m", "minips", "bench", "comm"],
+                       ["mpiexec", "-n", "2", sys.executable, "-m", "minips", "train"],
+                       [sys.executable, "-m", "minips", "topology", "ring"]]
     shown = capsys.readouterr().out  # the student's command is what is printed, either way
     assert shown.count("$ mpiexec -n 2 python -m minips compare --algos sync") == 1
-    assert shown.count("virtual ranks in one process") == 2
+    assert shown.count("$ NUMBA_NUM_THREADS=1 python -m minips gossip-lab -n 8") == 1
+    assert shown.count("virtual ranks in this process") == 2
+
+
+def test_a_command_run_in_the_steps_process_gives_its_output_and_exit_status(monkeypatch, tmp_path):
+    """_run_here(): the command's output is captured and returned, a refusal is its exit status
+    (minips_cli then raises with the output, as for a failed subprocess), MPI is off while it runs,
+    and the environment is as before afterwards."""
+    import _common
+    monkeypatch.setenv("MINIPS_TUTORIAL_VIRTUAL_RANKS", "1")
+    monkeypatch.delenv("MINIPS_MPI", raising=False)
+    monkeypatch.setenv("MINIPS_TEST_PROBE", "before")
+    seen = {}
+    import minips.cli
+    real = minips.cli.main
+
+    def spy(argv):
+        seen.update(mpi=os.environ.get("MINIPS_MPI"), probe=os.environ.get("MINIPS_TEST_PROBE"))
+        return real(argv)
+    monkeypatch.setattr(minips.cli, "main", spy)
+    out = _common.minips_cli(["topology", "ring", "-n", 6], env={"MINIPS_TEST_PROBE": "during"})
+    assert "spectral gap" in out and seen == {"mpi": "0", "probe": "during"}
+    assert "MINIPS_MPI" not in os.environ and os.environ["MINIPS_TEST_PROBE"] == "before"
+    code, text = _common._run_here(["topology", "nope", "-n", 6], None)
+    assert code == 2 and "invalid choice" in text
+    with pytest.raises(RuntimeError, match="exit status 2"):
+        _common.minips_cli(["topology", "nope"])
 
 
 def test_placeholder_stops_with_a_message(tmp_path):

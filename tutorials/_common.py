@@ -230,10 +230,11 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     The command is printed first so you can copy it into a terminal.
 
     With ``MINIPS_TUTORIAL_VIRTUAL_RANKS=1`` (the test suite sets it; nothing else does), a
-    ``-m minips train`` or ``compare`` command runs instead as one process on ``n`` virtual
-    ranks (``--virtual-ranks n``: threads of that process, the same run bit for bit as under
-    mpiexec at the 2 and 4 ranks the steps use, tests/test_virtual_equals_mpi.py), which spares the tests a Python start-up per
-    rank. Any other command, and every run of a step outside the tests, uses mpiexec.
+    ``-m minips train`` or ``compare`` command runs instead in this process on ``n`` virtual
+    ranks (``--virtual-ranks n``: threads of this process, the same run bit for bit as under
+    mpiexec at the 2 and 4 ranks the steps use, tests/test_virtual_equals_mpi.py; see
+    :func:`_run_here`), which spares the tests a Python start-up per rank. Any other command,
+    and every run of a step outside the tests, uses mpiexec.
 
     Raises:
         RuntimeError: the command failed (its output is in the message).
@@ -241,20 +242,21 @@ def mpiexec(n: int, args: list, timeout: float = 900, quiet: bool = False, env: 
     cmd = ["mpiexec", "-n", str(n), sys.executable, *map(str, args)]
     shown = ["mpiexec", "-n", str(n), "python", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
+    t0 = time.perf_counter()
     if _flag("MINIPS_TUTORIAL_VIRTUAL_RANKS") and [str(a) for a in args[:3]] in (["-m", "minips", "train"],
                                                                                  ["-m", "minips", "compare"]):
-        cmd = [sys.executable, *map(str, args), "--virtual-ranks", str(n)]
-        print(f"(run on {n} virtual ranks in one process: MINIPS_TUTORIAL_VIRTUAL_RANKS=1)", flush=True)
-    e = dict(os.environ)
-    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
-        e.pop(var, None)  # a fresh job, not a child of ours
-    e.update(_CHILD_ENV)
-    e.update(env or {})
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=e)
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise RuntimeError(f"the command failed with exit status {p.returncode}:\n{out}")
+        print(f"(run on {n} virtual ranks in this process: MINIPS_TUTORIAL_VIRTUAL_RANKS=1)", flush=True)
+        returncode, out = _run_here([*args[2:], "--virtual-ranks", n], env)
+    else:
+        e = dict(os.environ)
+        for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"):
+            e.pop(var, None)  # a fresh job, not a child of ours
+        e.update(_CHILD_ENV)
+        e.update(env or {})
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=e)
+        returncode, out = p.returncode, p.stdout + p.stderr
+    if returncode != 0:
+        raise RuntimeError(f"the command failed with exit status {returncode}:\n{out}")
     if not quiet:
         print(out.rstrip())
     print(f"(took {time.perf_counter() - t0:.1f} s)", flush=True)
@@ -268,23 +270,60 @@ def _shown(a) -> str:
 
 def minips_cli(args: list, timeout: float = 900, quiet: bool = False, env: dict | None = None) -> str:
     """Run ``python -m minips ARGS...`` in one process (printed first, like :func:`mpiexec`),
-    with extra environment variables ``env`` (shown before the command)."""
+    with extra environment variables ``env`` (shown before the command); in the tests
+    (``MINIPS_TUTORIAL_VIRTUAL_RANKS=1``) in this process (:func:`_run_here`)."""
     shown = [*(f"{k}={v}" for k, v in (env or {}).items()), "python", "-m", "minips", *map(_shown, args)]
     print("$ " + " ".join(shlex.quote(c) for c in shown), flush=True)
     t0 = time.perf_counter()
-    e = dict(os.environ)
-    e["MINIPS_MPI"] = "0"
-    e.update(_CHILD_ENV)
-    e.update(env or {})
-    p = subprocess.run([sys.executable, "-m", "minips", *map(str, args)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout, env=e)
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise RuntimeError(f"the command failed with exit status {p.returncode}:\n{out}")
+    if _flag("MINIPS_TUTORIAL_VIRTUAL_RANKS"):
+        returncode, out = _run_here(args, env)
+    else:
+        e = dict(os.environ)
+        e["MINIPS_MPI"] = "0"
+        e.update(_CHILD_ENV)
+        e.update(env or {})
+        p = subprocess.run([sys.executable, "-m", "minips", *map(str, args)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=timeout, env=e)
+        returncode, out = p.returncode, p.stdout + p.stderr
+    if returncode != 0:
+        raise RuntimeError(f"the command failed with exit status {returncode}:\n{out}")
     if not quiet:
         print(out.rstrip())
     print(f"(took {time.perf_counter() - t0:.1f} s)", flush=True)
     return out
+
+
+def _run_here(args: list, env: dict | None) -> tuple[int, str]:
+    """Run ``python -m minips ARGS...`` in this process, not as a new one: the tests only
+    (``MINIPS_TUTORIAL_VIRTUAL_RANKS=1``), where a command's own Python start-up (about 1 s
+    of CPU importing NumPy and Numba and loading the kernels this process has loaded
+    already) is most of what it costs. The same ``minips.cli.main`` runs, with MPI off
+    (``MINIPS_MPI=0``, as :func:`minips_cli` sets for its process) and ``env`` set while it
+    runs; its output is captured as the subprocess's would be. Returns (exit status, output)."""
+    import contextlib
+    import io
+
+    from minips.cli import main
+    if int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1) > 1:
+        raise RuntimeError("MINIPS_TUTORIAL_VIRTUAL_RANKS runs commands in the step's process: "
+                           "not from a step that runs on several ranks")
+    extra = {"MINIPS_MPI": "0", **_CHILD_ENV, **{k: str(v) for k, v in (env or {}).items()}}
+    before = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # argparse's refusals
+                code = e.code if isinstance(e.code, int) else (1 if e.code else 0)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return int(code or 0), buf.getvalue()
 
 
 def _notebook_file(step: str) -> Path:
