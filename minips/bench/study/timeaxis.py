@@ -44,10 +44,14 @@ def _summary(rec: dict) -> dict | None:
 
 def seed_curves(grid: Grid, records: list[dict], lr_name: str, label: str, P: int, network: str,
                 phi: float) -> list[dict]:
-    """One dict per run of a cell: ``seed``, ``status``, ``steps`` and
-    ``points`` ([(projected seconds, validation metric)] on ``network`` at
-    ``phi``; empty for a failed run or one without a projection, then
-    ``status`` says why: ``no projection``)."""
+    """One dict per run of a cell: ``seed``, ``status``, ``steps``,
+    ``step_time_s`` and ``points`` ([(projected seconds, validation metric)]
+    on ``network`` at ``phi``; empty for a failed run or one without a
+    projection, then ``status`` says why: ``no projection``). The step time is
+    the cost model's from each seed's measured compute, **mean over the
+    cell's seeds**: the compute is the method's, its spread over seeds is
+    measurement noise, and one step time per cell puts every seed's last
+    evaluation at the same time (the baseline's budget is then its own end)."""
     out = []
     for r in records:
         if (r["lr"], r["label"], r["P"]) != (lr_name, label, P):
@@ -57,11 +61,16 @@ def seed_curves(grid: Grid, records: list[dict], lr_name: str, label: str, P: in
         if r.get("status") == "ok" and proj is None:
             entry["status"] = "no projection"
         elif r.get("status") == "ok":
-            t = projected_step_time(proj, network, phi)
-            entry["step_time_s"] = t
-            entry["points"] = [(p["step"] * t, p["value"]) for p in r.get("val_curve") or []]
-            entry["end_s"] = None if r.get("steps") is None else r["steps"] * t
+            entry["own_step_time_s"] = projected_step_time(proj, network, phi)
         out.append(entry)
+    times = [e["own_step_time_s"] for e in out if "own_step_time_s" in e]
+    t = statistics.fmean(times) if times else None
+    recs = {r["seed"]: r for r in records if (r["lr"], r["label"], r["P"]) == (lr_name, label, P)}
+    for e in out:
+        if "own_step_time_s" in e:
+            e["step_time_s"] = t
+            e["points"] = [(p["step"] * t, p["value"]) for p in recs[e["seed"]].get("val_curve") or []]
+            e["end_s"] = None if e["steps"] is None else e["steps"] * t
     return out
 
 
@@ -81,8 +90,8 @@ def time_cells(grid: Grid, records: list[dict]) -> list[dict]:
     seeds that reached it; ``ci`` None unless every seed reached it),
     ``at_budget`` ({mean, ci, min, max} of the metric at the budget) and
     ``at_budget_n`` (seeds with an evaluation by then), ``step_time_s``
-    (mean over seeds). Empty without ``networks`` or a baseline entry with a
-    finished run.
+    (projected seconds per step, mean over seeds: :func:`seed_curves`).
+    Empty without ``networks`` or a baseline entry with a finished run.
 
     Raises:
         ValueError: a network the cost model does not know (load_grid checks them first).
@@ -117,8 +126,8 @@ def _cell(lr_name, P, network, phi, label, runs, target, budget) -> dict:
         t = next((s for s, v in c["points"] if v >= target), None)
         if t is not None:
             times.append(t)
-        if budget is not None:
-            before = [v for s, v in c["points"] if s <= budget]
+        if budget is not None:  # (a relative 1e-9: the mean of equal ends may round below them)
+            before = [v for s, v in c["points"] if s <= budget * (1 + 1e-9)]
             if before:
                 at.append(before[-1])
     ttt = _interval(times)
