@@ -5,7 +5,7 @@ the flat weights, the optimizer state (momentum buffer, learning rate), the
 algorithm state (for pseudo-sync: completed-but-unapplied averaged gradients,
 the weights they were computed at, the predictor state), the step (which fixes
 the epoch and the position in the sampler's permutation), every rank's RNG
-state, and the metrics history.
+state, the metrics history and the ``--eval-every`` validation curve.
 
 Atomic write: rank 0 writes ``PATH.tmp``, flushes and fsyncs it, then renames it
 over ``PATH`` (``os.replace`` is atomic on POSIX) and fsyncs the directory. A
@@ -186,6 +186,9 @@ def save_trainer(trainer, path) -> None:
             "config": json.dumps(dataclasses.asdict(trainer.cfg)),
             "rng": rng_states,
             "history": json.dumps(trainer.history),
+            # --eval-every's validation curve so far, and the seconds its mid-epoch evaluations took
+            "curve": json.dumps(trainer.curve),
+            "eval_every_s": float(trainer.eval_every_s),
             "trace": json.dumps(trainer.trace_rows, default=json_default),
             # the epoch in progress and the time so far: a resumed run's
             # metrics then cover the whole epoch and the whole run
@@ -273,6 +276,9 @@ def restore_trainer(trainer, path) -> None:
         trainer.position = tuple(int(v) for v in state["position"])
     trainer.history = json.loads(state["history"])
     trainer.trace_rows = json.loads(state["trace"])
+    if "curve" in state:  # older checkpoints: no --eval-every curve
+        trainer.curve = json.loads(state["curve"])
+        trainer.eval_every_s = float(state["eval_every_s"])
     if "epoch_losses" in state:  # older checkpoints: the epoch's loss restarts at the resume
         trainer.epoch_losses = [float(v) for v in np.asarray(state["epoch_losses"]).reshape(-1)]
         trainer.epoch_seconds_before = float(state["epoch_seconds"])

@@ -69,6 +69,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float, help="hold out this share of the training set (stratified, "
                                                       "the same samples in every run) and report validation "
                                                       "accuracy/loss each epoch (default 0: none)")
+    p.add_argument("--eval-every", type=int, metavar="N",
+                   help="also evaluate on the validation split every N steps (needs --val-fraction; a row of "
+                        "curve.csv each time, outside the timed steps; default 0: only at each epoch's end)")
     p.add_argument("--consensus-every", type=int, help="when ranks hold different weights: log the consensus "
                                                        f"distance every N steps (default {d.consensus_every}; "
                                                        "0 = only at evaluations)")

@@ -84,6 +84,7 @@ class _RunOptions:
     eval_rank0: bool = False
     overwrite: bool = False
     val_fraction: float = 0.0
+    eval_every: int = 0
     virtual_ranks: int = 0
     algo_options: dict = field(default_factory=dict)
 
@@ -183,6 +184,11 @@ class TrainConfig(_RunOptions):
                      + (f" ({flag.why})" if flag.why else "") + f", got {v}")
         need(0 <= self.val_fraction < 1, f"--val-fraction must be in [0, 1) (0 = no validation split; e.g. "
                                          f"0.1 holds out 10% of the training set), got {self.val_fraction}")
+        need(self.eval_every >= 0, f"--eval-every must be >= 0 (evaluate on the validation split every N steps; "
+                                   f"0 = only at each epoch's end), got {self.eval_every}")
+        need(not self.eval_every or self.val_fraction,
+             f"--eval-every {self.eval_every} evaluates on the validation split, and there is none: add "
+             "--val-fraction (e.g. 0.1), or drop --eval-every")
         need(self.eval_batch_size >= 1, f"--eval-batch-size must be >= 1 (samples per forward pass when "
                                         f"evaluating; it only bounds memory, e.g. 500), got {self.eval_batch_size}")
         need(self.consensus_every >= 0, "--consensus-every must be >= 0 (0 = only at evaluations)")

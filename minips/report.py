@@ -8,7 +8,7 @@ from .kernels import cpuinfo, reference_kernels
 from .timing import PHASES
 
 __all__ = ["summary", "format_breakdown", "format_final", "time_to_target", "evaluation_curve", "warmup_seconds",
-           "WARMUP_STEPS", "UNITS"]
+           "projected_step_time", "reprojected_curve", "WARMUP_STEPS", "UNITS"]
 
 #: the first steps of a process, left out of the timing means (Numba compiles its
 #: kernels in the first step, a pipeline fills): trace.csv marks them warmup = 1
@@ -20,7 +20,15 @@ UNITS = {
     "time_other_s": "seconds per step outside every phase (data slicing, logging): step_time_s minus the "
                     "phases' sum",
     "step_time_s": "seconds per step: mean over the steps after the warm-up, of the slowest rank",
-    "wall_time_s": "seconds from the first step to the end of training (evaluations included)",
+    "wall_time_s": "seconds from the first step to the end of training (the epoch-end evaluations included, the "
+                   "--eval-every ones not: eval_every_s)",
+    "curve": "with --eval-every N: one row per evaluation on the validation split (every N steps and at each "
+             "epoch's end; curve.csv): step, epoch (fraction of epochs trained), epoch_end (1: the epoch's own "
+             "evaluation), the val_* metrics, wall_time_s (the run's clock, as above) and, virtual runs, "
+             "projected_time_s",
+    "eval_every_s": "seconds the mid-epoch --eval-every evaluations took: left out of wall_time_s, of each "
+                    "history row's seconds and wall_time_s, and of the step times",
+    "projected_grad_bytes": "virtual runs: the gradient's bytes the cost model was given (4 x parameters)",
     "images_per_s": "samples per second of the training step alone: samples_per_step / step_time_s "
                     "(steady state; no evaluation, no warm-up)",
     "wall_images_per_s": "samples trained (all ranks) / wall_time_s: includes the warm-up, evaluations and "
@@ -135,6 +143,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "stopped": stopped,
         "virtual": comm.virtual,
         "history": trainer.history,
+        "eval_every": cfg.eval_every, "curve": trainer.curve, "eval_every_s": trainer.eval_every_s,
         "units": UNITS,
     }
     if comm.virtual:  # what each rank computed, without its turns waiting for a core: thread CPU seconds
@@ -163,31 +172,92 @@ def project(trainer, breakdown: dict) -> dict:
     extras (``Algorithm.profile_extras`` from the model's parameter shapes and
     ``breakdown``: e.g. a phase it computes in); its other phases wait for the
     other virtual ranks, so they are left out. Sets ``projected_time_s`` =
-    step x that time on every history row. Returns the summary's
-    ``projected_*`` entries (the step time None when the algorithm has no cost
-    model)."""
-    from .distributed.algorithms import step_time
-    from .distributed.costmodel import StepProfile, parse_network
+    step x that time on every history row and every ``--eval-every`` curve
+    row. Returns the summary's ``projected_*`` entries (the step time None
+    when the algorithm has no cost model); :func:`projected_step_time` reads
+    them back to project the run onto another network."""
+    from .distributed.costmodel import parse_network
 
     cfg, comm, spec = trainer.cfg, trainer.comm, trainer.spec
     net = cfg.network or PROJECTION_NETWORK
     params = trainer.algo.flat.params
     extras = spec.cls.profile_extras(spec.options, tuple(tuple(p.data.shape) for p in params), breakdown)
-    prof = StepProfile(forward=breakdown.get("forward", 0.0), backward=breakdown.get("backward", 0.0),
-                       update=breakdown.get("update", 0.0), grad_bytes=4.0 * sum(p.data.size for p in params),
-                       extras=extras)
-    try:
-        t = step_time(spec, prof, comm.size, net)
-    except ValueError:
-        t = None
-    for row in trainer.history:
-        row["projected_time_s"] = None if t is None else row["step"] * t
-    model = parse_network(net)
-    out = {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
-           "projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update")}}
+    out = {"projected_profile_s": {k: breakdown.get(k, 0.0) for k in ("forward", "backward", "update")},
+           "projected_grad_bytes": 4.0 * sum(p.data.size for p in params)}
     if extras:
         out["projected_profile_extras"] = extras
-    return out
+    try:
+        t = projected_step_time({"algo_spec": spec, "world_size": comm.size, **out}, net)
+    except ValueError:
+        t = None
+    for row in trainer.history + trainer.curve:
+        row["projected_time_s"] = None if t is None else row["step"] * t
+    model = parse_network(net)
+    return {"projected_network": model.name if model.name != "custom" else str(model), "projected_step_time_s": t,
+            **out}
+
+
+def _tuples(v):
+    """Lists (JSON's arrays) back to tuples, nested: a profile extra read from
+    summary.json as the algorithm gave it (e.g. parameter shapes)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_tuples(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _tuples(x) for k, x in v.items()}
+    return v
+
+
+def projected_step_time(summary: dict, network, phi: float = 0.0) -> float:
+    """Seconds per step of a virtual run on ``network`` (a preset name such
+    as ``1gbe`` or ``alpha=..,beta=..``) with compute interference ``phi`` in
+    [0, 1]: the algorithm's own cost model
+    (:func:`minips.distributed.algorithms.step_time`) at the run's P from the
+    compute it measured per rank. ``summary``: a summary.json (or a dict with
+    its ``algo_spec``, ``world_size``, ``projected_profile_s``,
+    ``projected_grad_bytes`` and, when present, ``algo`` with
+    ``algo_options`` and ``projected_profile_extras``).
+    The run's own ``projected_step_time_s`` is this at its
+    ``projected_network`` and phi = 0.
+
+    Raises:
+        ValueError: the summary has no projection (not a virtual run, or one
+            written before ``projected_grad_bytes`` was recorded: rerun it),
+            an unknown network, phi outside [0, 1], or an algorithm without
+            a cost model.
+    """
+    from .distributed.algorithms import resolve, step_time
+    from .distributed.costmodel import StepProfile
+
+    missing = [k for k in ("algo_spec", "world_size", "projected_profile_s", "projected_grad_bytes")
+               if summary.get(k) is None]
+    spec = summary.get("algo_spec")
+    if not missing and isinstance(spec, str) and summary.get("algo") and summary.get("algo_options") is not None:
+        spec = resolve(summary["algo"], summary["algo_options"])  # the options given by older flags too
+    if missing:
+        raise ValueError(f"the run has no {', '.join(missing)}: only a run on virtual ranks made by this minips "
+                         "records its compute for the cost model; rerun it with --virtual-ranks P")
+    prof = summary["projected_profile_s"]
+    profile = StepProfile(forward=prof.get("forward", 0.0), backward=prof.get("backward", 0.0),
+                          update=prof.get("update", 0.0), grad_bytes=float(summary["projected_grad_bytes"]),
+                          extras=_tuples(summary.get("projected_profile_extras") or {}))
+    return step_time(spec, profile, int(summary["world_size"]), network, phi)
+
+
+def reprojected_curve(summary: dict, network, phi: float = 0.0, metric: str = "val_accuracy") -> list[dict]:
+    """The evaluations of a finished virtual run on another network's time
+    axis: per point of :func:`evaluation_curve` (the ``--eval-every`` curve
+    when it holds ``metric``, else the complete epochs), ``step``, ``epoch``,
+    ``metric``'s value and ``projected_time_s`` = step x
+    :func:`projected_step_time` on ``network`` with interference ``phi``.
+    The accuracies are the run's own: a method's accuracy does not depend on
+    the network, its time does (docs/outputs.md, "Time to accuracy").
+
+    Raises:
+        ValueError: as :func:`projected_step_time`.
+    """
+    t = projected_step_time(summary, network, phi)
+    return [{"step": p["step"], "epoch": p["epoch"], metric: p[metric], "projected_time_s": p["step"] * t}
+            for p in evaluation_curve(summary, None, metric)]
 
 
 def _load_average() -> list[float] | None:
@@ -252,18 +322,31 @@ def format_final(summary: dict) -> str:
     return f"final test accuracy: {num(summary.get('test_accuracy'), '.4f')}"
 
 
+def _finest(summary: dict, metric: str) -> list[dict]:
+    """The rows that hold ``metric`` at the finest spacing: the ``--eval-every``
+    curve (every N steps and each epoch's end, validation metrics only) when
+    its rows hold ``metric``, else the per-epoch ``history``."""
+    curve = summary.get("curve") or []
+    if any(r.get(metric) is not None for r in curve):
+        return curve
+    return summary.get("history") or []
+
+
 def time_to_target(summary: dict, target: float | None, metric: str = "test_accuracy") -> float | None:
     """Wall seconds of training until the first evaluation whose ``metric`` is
-    at or above ``target`` (the ``wall_time_s`` of that ``history`` row, so
-    evaluations happen once per epoch and the time includes the ones before);
-    for a run on virtual ranks, whose wall time is not a cluster's, the
-    ``projected_time_s`` of that row (steps x the cost model's step time);
-    None when no evaluation reached it or no target is given. Used by
-    ``compare`` and ``bench study`` alike."""
+    at or above ``target``: the ``wall_time_s`` of that row of the finest
+    curve that holds ``metric`` (the ``--eval-every`` curve, whose rows are the
+    validation metrics every N steps and at each epoch's end, when the run has
+    one and ``metric`` is a ``val_*`` one; else the ``history``, one row per
+    epoch, whose time includes the epoch-end evaluations before it; the
+    ``--eval-every`` evaluations are in no clock); for a run on virtual ranks,
+    whose wall time is not a cluster's, the ``projected_time_s`` of that row
+    (steps x the cost model's step time); None when no evaluation reached it
+    or no target is given. Used by ``compare`` and ``bench study`` alike."""
     if target is None:
         return None
     when = "projected_time_s" if summary.get("virtual") else "wall_time_s"
-    for row in summary.get("history") or []:
+    for row in _finest(summary, metric):
         if row.get(metric) is not None and row[metric] >= target and row.get(when) is not None:
             return float(row[when])
     return None
@@ -286,7 +369,9 @@ def warmup_seconds(summary: dict, trace: list[dict] | None = None) -> float | No
 
 
 def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str = "test_accuracy") -> list[dict]:
-    """One point per complete-epoch evaluation of a finished run: ``epoch``,
+    """One point per complete-epoch evaluation of a finished run (per
+    evaluation of its ``--eval-every`` curve when that holds ``metric``, a
+    ``val_*`` one; ``epoch`` is then the fraction of epochs trained): ``epoch``,
     ``step``, ``wall_time_s`` (seconds since the start), ``wall_after_warmup_s``
     (the same less the warm-up steps' seconds, :func:`warmup_seconds`: the
     clock a figure should use, since the first run of a process also compiles
@@ -314,7 +399,7 @@ def evaluation_curve(summary: dict, trace: list[dict] | None = None, metric: str
             acc += by_step.get(k, 0.0)
     warm = warmup_seconds(summary, trace)
     out = []
-    for h in summary.get("history") or []:
+    for h in _finest(summary, metric):
         if h.get("partial") or h.get(metric) is None:
             continue
         step = int(h.get("step") or 0)

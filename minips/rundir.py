@@ -6,6 +6,8 @@ A run folder (``train --out DIR``) holds::
     metrics.csv     one row per epoch (test metrics, seconds); partial = 1 marks an
                     epoch that --max-steps cut short (replaced when a resumed run
                     completes it)
+    curve.csv       with --eval-every N: one row per evaluation on the validation split
+                    (every N steps and at each epoch's end)
     summary.json    final numbers, options, timing breakdown, bytes sent
     trace.csv       one row per step (phases in seconds, loss, lr, bytes, diagnostics)
     checkpoint.h5   with --checkpoint-every or after a stop signal
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
+__all__ = ["METRICS", "CURVE", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_JSON", "run_folder",
            "diverged_trace", "load_run", "find_runs", "atomic_write", "csv_text", "json_default",
            "write_csv", "write_json", "LOCK", "RunFolderError", "RunLock", "take_lock", "release_lock_of",
            "check_unlocked", "METRICS_COLUMNS", "RUN_FILES", "run_files", "check_fresh", "clear_run_files",
@@ -41,6 +43,8 @@ __all__ = ["METRICS", "SUMMARY", "TRACE", "CHECKPOINT", "COMPARE_MD", "COMPARE_J
 
 METRICS, SUMMARY, TRACE, CHECKPOINT = "metrics.csv", "summary.json", "trace.csv", "checkpoint.h5"
 LOCK = "run.lock"
+#: with --eval-every: one row per validation evaluation (mid-epoch and epoch end; summary.json's "curve")
+CURVE = "curve.csv"
 #: metrics.csv's columns when no epoch has a row yet (a header is always written)
 METRICS_COLUMNS = ["epoch", "step", "train_loss", "seconds", "wall_time_s", "partial"]
 
@@ -179,7 +183,7 @@ COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 
 
 #: what train and compare write into a folder (glob patterns): what --overwrite clears
-RUN_FILES = (METRICS, SUMMARY, TRACE, CHECKPOINT, "trace-diverged-rank*.csv", "*.tmp", COMPARE_MD, COMPARE_JSON,
+RUN_FILES = (METRICS, CURVE, SUMMARY, TRACE, CHECKPOINT, "trace-diverged-rank*.csv", "*.tmp", COMPARE_MD, COMPARE_JSON,
              "accuracy.png", "breakdown.png", "trace.png", "consensus.png", "accuracy-bytes.png",
              "accuracy-traffic.png", "traffic.png")  # traffic.png: drawn by earlier versions, still cleared
 

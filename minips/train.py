@@ -249,6 +249,10 @@ class Trainer:
         self.global_step = 0
         self.position = None  # (epoch, next batch) once known; None: from global_step
         self.history: list[dict] = []
+        # --eval-every: every validation evaluation (mid-epoch and epoch end), and the seconds the
+        # mid-epoch ones took, which no clock counts (they are not training)
+        self.curve: list[dict] = []
+        self.eval_every_s = 0.0
         self.last_eval: dict = {}
         self.trace_rows: list[dict] = []
         self.step_times: list[float] = []
@@ -289,7 +293,7 @@ class Trainer:
         self.algo.start(broadcast=not cfg.resume or self.algo.replicated)
         stopper = StopAgreement(comm)
         bar = self._progress_bar()
-        t_start = self._t_start = time.perf_counter()
+        self._t_start = time.perf_counter()
         try:
             self.comm_alone_s = self.measure_comm_alone()
             # A diverging run overflows to inf and NaN inside the layers first:
@@ -312,7 +316,7 @@ class Trainer:
                 if stopped == "signal":
                     self._say(f"stopped by signal at step {self.global_step}; checkpoint {out / rundir.CHECKPOINT} "
                               f"(continue with --resume {out / rundir.CHECKPOINT})")
-            wall = time.perf_counter() - t_start
+            wall = time.perf_counter() - self._t_start  # less the --eval-every evaluations (_evaluate_mid)
             summary = report.summary(self, wall, samples, stopped, wall_before=self.wall_before)
             if comm.rank == 0:
                 self._write_outputs(out, summary)
@@ -419,6 +423,13 @@ class Trainer:
                         row["consensus_distance"] = dist
                     t_step += time.perf_counter() - t0
                     cpu_step += time.process_time() - c0
+                # --eval-every: not on an epoch's last step (_end_epoch evaluates there)
+                if cfg.eval_every and self.global_step % cfg.eval_every == 0 and \
+                        b + self.algo.batches_per_step() <= self.steps_per_epoch:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    self._evaluate_mid(epoch + b / self.steps_per_epoch, out)
+                    t_step += time.perf_counter() - t0  # outside the timed step
+                    cpu_step += time.process_time() - c0
                 if cfg.check_replicas and self.global_step % cfg.check_replicas == 0:
                     self.check_replicas()
                 if cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0:
@@ -472,19 +483,22 @@ class Trainer:
         """Bytes this rank has sent so far, as the communication layer counts them."""
         return int(self.comm.bytes_sent)
 
-    def evaluate(self) -> dict:
+    def evaluate(self, test: bool = True) -> dict:
         """Test metrics (and with ``--val-fraction`` validation metrics, keys
         ``val_*``) of the model the algorithm says to evaluate (its own
         weights when ranks are identical, else the average over ranks);
         with ``eval_rank0`` also rank 0's own model (keys ``rank0_*``), and for
-        non-replicated algorithms the consensus distance. Collective."""
+        non-replicated algorithms the consensus distance. ``test`` False: the
+        validation metrics alone (the ``--eval-every`` evaluations). Collective."""
         algo, bs = self.algo, self.cfg.eval_batch_size
         if not algo.replicated:
             algo.drain()  # nothing in flight on the weights while we swap them
         with algo.eval_point():
-            metrics = self.task.evaluate(self.model, self.comm, bs)
+            metrics = self.task.evaluate(self.model, self.comm, bs) if test else {}
             if self.cfg.val_fraction:  # the split that chooses defaults; the test set is only reported
                 metrics.update(self.task.evaluate(self.model, self.comm, bs, split="val"))
+        if not test:
+            return metrics
         if not algo.replicated:
             if self.cfg.eval_rank0:
                 own = self.task.evaluate(self.model, None, bs) if self.comm.rank == 0 else {}
@@ -501,6 +515,25 @@ class Trainer:
         """Seconds of training so far, earlier runs of a resumed run included."""
         return self.wall_before + time.perf_counter() - self._t_start
 
+    def _evaluate_mid(self, epoch: float, out: Path) -> None:
+        """An ``--eval-every`` evaluation inside an epoch: the validation
+        metrics of the model at this step, a row of the curve (``epoch`` the
+        fraction of epochs trained, ``wall_time_s`` the run's clock at the
+        step) and ``curve.csv`` rewritten. Its seconds are taken off every
+        clock (the run's and the epoch's, so ``wall_time_s`` and ``seconds``
+        count training and the epoch-end evaluations only; the caller keeps
+        them out of the step time too) and summed in ``eval_every_s``. Collective."""
+        t0, wall = time.perf_counter(), self.wall_seconds()
+        row = {"step": self.global_step, "epoch": epoch, "epoch_end": 0, **self.evaluate(test=False),
+               "wall_time_s": wall}
+        self.curve.append(row)
+        if self.comm.rank == 0:
+            rundir.write_csv(out / rundir.CURVE, self.curve, _columns(self.curve))
+        spent = time.perf_counter() - t0
+        self._t_start += spent  # the clocks resume where they stopped
+        self._t_epoch += spent
+        self.eval_every_s += spent
+
     def _end_epoch(self, epoch, losses, partial=False) -> None:
         """Evaluate and record the epoch's row in the history (metrics.csv): a
         complete epoch, or a ``partial`` one (--max-steps inside it), which a
@@ -513,6 +546,11 @@ class Trainer:
                "wall_time_s": self.wall_seconds(), "partial": int(partial)}
         self.last_eval = row
         self.history = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
+        if self.cfg.eval_every and not partial:  # the curve's point at the epoch's end (a partial one's
+            # step holds a mid-epoch row when it is a multiple of --eval-every)
+            self.curve.append({"step": self.global_step, "epoch": float(epoch + 1), "epoch_end": 1,
+                               **{k: v for k, v in metrics.items() if k.startswith("val_")},
+                               "wall_time_s": row["wall_time_s"]})
         if self.comm.rank == 0:  # the row is on disk as soon as the epoch ends (a later crash keeps it)
             self._write_metrics(getattr(self, "out", None) or Path(self.cfg.out))
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)
@@ -615,6 +653,8 @@ class Trainer:
         is evaluated, so the header may grow)."""
         keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
         rundir.write_csv(out / rundir.METRICS, self.history, keys)
+        if self.cfg.eval_every:
+            rundir.write_csv(out / rundir.CURVE, self.curve, _columns(self.curve))
 
     def _write_outputs(self, out: Path, summary: dict) -> None:
         """The run's files at its end, all or none (:func:`minips.rundir.atomic_write_all`):
@@ -626,10 +666,21 @@ class Trainer:
         keys = list(dict.fromkeys(k for r in self.history for k in r)) or rundir.METRICS_COLUMNS
         files = {out / rundir.METRICS: rundir.csv_text(keys, self.history),
                  out / rundir.SUMMARY: rundir.json_text(summary)}
+        if self.cfg.eval_every:
+            files[out / rundir.CURVE] = rundir.csv_text(_columns(self.curve), self.curve)
         if self.trace_rows:
             files[out / rundir.TRACE] = rundir.csv_text(list(dict.fromkeys(k for r in self.trace_rows for k in r)),
                                                         self.trace_rows)
         rundir.atomic_write_all(files)
+
+
+#: curve.csv's columns before its first row (the metrics' names are known once evaluated)
+CURVE_COLUMNS = ["step", "epoch", "epoch_end", "wall_time_s"]
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    """The columns of curve.csv: those of its rows in order of appearance."""
+    return list(dict.fromkeys(k for r in rows for k in r)) or CURVE_COLUMNS
 
 
 def _split_batch(batch, n: int) -> list:

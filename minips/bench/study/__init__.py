@@ -19,6 +19,9 @@ The grid is a TOML file (see ``configs/study-*.toml``)::
     contrasts = ["pseudo-sync:local:1 - pseudo-sync:adaptive:1"]   # optional: more pairs, by seed
     report_metric = "test_accuracy"  # optional: reported next to a val_* metric (default: its test twin)
     chance = 0.1                # optional: an accuracy's chance level (default 0.1 for accuracies, none for BLEU)
+    networks = ["1gbe", "10gbe", "ib-edr"]  # optional, virtual runs and a val_* metric: time to accuracy per network
+    phis = [0.0, 1.0]           # optional: the cost model's compute interference(s) to read them at (default [0.0])
+    target_below_baseline = 0.5 # optional: that target, in points below the baseline's final val metric (default 0.5)
 
     [train]                     # passed as explicit flags to every run
     model = "convnet"
@@ -103,19 +106,33 @@ are the validation metric (what chooses defaults), then the same tables for
 line per (lr, P) saying which algorithm the validation metric chose and its
 test value.
 
+Time to accuracy per network (:mod:`.timeaxis`): with ``networks`` (and
+virtual runs, ``metric = "val_accuracy"``; ``eval-every`` in ``[train]`` for
+more than one point per epoch) every run is read on each network's and each
+``phis`` entry's time axis (steps x the algorithm's cost-model step time
+there): ``G.md`` gains per (lr, P, network) a table of the seconds to the
+target (the baseline's final validation metric minus
+``target_below_baseline`` points; "k/n reached", an interval only when every
+seed reached it) and the validation metric at the budget (the baseline's
+whole run), ``G.json`` the cells (``time_to_accuracy``), and
+``OUT/G-<lr>-tta-<network>.png`` the curves (mean over seeds, min-max band).
+
 The package, one job per module: :mod:`.grid` (the grid file), :mod:`.runner` (one run),
-:mod:`.aggregate` (over seeds, paired), :mod:`.report` (markdown), :mod:`.figures` (PNG),
+:mod:`.aggregate` (over seeds, paired), :mod:`.timeaxis` (time to accuracy per network),
+:mod:`.report` (markdown), :mod:`.figures` (PNG),
 :mod:`.cli` (the command).
 """
 from __future__ import annotations
 
 from .aggregate import aggregate, contrasts, family_cells, mark_collapsed, paired_comparisons
 from .cli import add_arguments, run
-from .figures import plot_families, plot_study
+from .figures import plot_families, plot_study, plot_time_to_accuracy
 from .grid import Grid, RunSpec, StudyError, expand, load_grid
 from .report import families_report, markdown_report, paired_report
 from .runner import train_command
+from .timeaxis import time_cells, time_report
 
 __all__ = ["Grid", "RunSpec", "StudyError", "load_grid", "expand", "train_command", "aggregate", "mark_collapsed",
            "paired_comparisons", "contrasts", "markdown_report", "paired_report", "family_cells", "families_report",
-           "plot_families", "plot_study", "run", "add_arguments"]
+           "plot_families", "plot_study", "plot_time_to_accuracy", "time_cells", "time_report", "run",
+           "add_arguments"]

@@ -13,10 +13,11 @@ from ...rundir import atomic_write_all, take_lock, write_error
 from ...stats import collapsed
 from ..launch import MPIEXEC_MISSING, find_mpiexec
 from .aggregate import contrasts, family_cells, mark_collapsed, paired_comparisons
-from .figures import plot_families, plot_study
+from .figures import plot_families, plot_study, plot_time_to_accuracy
 from .grid import RunSpec, StudyError, expand, load_grid, parse_contrasts, parse_within
 from .report import families_report, markdown_report
 from .runner import run_one, run_record, train_command
+from .timeaxis import time_cells, time_report
 
 __all__ = ["run", "add_arguments"]
 
@@ -153,14 +154,22 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
     stem = Path(grid.source).stem
     records = mark_collapsed(records, grid.chance)  # the JSON says which runs collapsed
     cells = family_cells(grid, records)
+    try:
+        tcells = time_cells(grid, records)
+    except ValueError as e:  # e.g. an algorithm without a cost model
+        raise StudyError(f"{grid.source}: networks: {e}") from None
     report = markdown_report(grid, records, args.title or stem) + "\n" + families_report(grid, records, cells)
+    if tcells:
+        report += "\n" + time_report(grid, tcells)
     # the JSON and the report together or neither (a full disk: one line, no temporary file)
     atomic_write_all({root / f"{stem}.json": json.dumps({"grid": grid.__dict__, "runs": records, "cells": cells,
                                                          "paired": paired_comparisons(grid, records),
-                                                         "contrasts": contrasts(grid, records)}, indent=2) + "\n",
+                                                         "contrasts": contrasts(grid, records),
+                                                         "time_to_accuracy": tcells}, indent=2) + "\n",
                       root / f"{stem}.md": report + "\n"})
     plot_study(grid, records, root, args.title or stem, stem)
     plot_families(grid, records, root, stem, cells)
+    plot_time_to_accuracy(grid, records, tcells, root, stem)
     print("\n" + report)
     return 0
 

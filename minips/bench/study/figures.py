@@ -1,5 +1,6 @@
-"""The figures of a study: the metric against P per algorithm (:func:`plot_study`) and the
-families' curves against time and traffic (:func:`plot_families`, drawn by :mod:`minips.plots`)."""
+"""The figures of a study: the metric against P per algorithm (:func:`plot_study`), the
+families' curves against time and traffic (:func:`plot_families`, drawn by :mod:`minips.plots`)
+and the validation metric against projected time on each network (:func:`plot_time_to_accuracy`)."""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +11,7 @@ from ...rundir import atomic_savefig
 from .aggregate import aggregate, family_cells, oversubscribed
 from .grid import Grid, tested_metric
 
-__all__ = ["plot_study", "plot_families"]
+__all__ = ["plot_study", "plot_families", "plot_time_to_accuracy"]
 
 
 def _mean_curve(runs: list[dict], metric: str) -> list[dict]:
@@ -118,4 +119,76 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
         finally:
             plt.close(fig)
         paths.append(p)
+    return paths
+
+
+def _spread(runs: list[dict]) -> tuple[list, list, list, list]:
+    """Point by point over a cell's seeds (the first k evaluations, k the fewest
+    any seed has): the mean projected seconds, the mean value and the min and
+    max value."""
+    curves = [c["points"] for c in runs if c["points"]]
+    k = min((len(c) for c in curves), default=0)
+    xs = [statistics.fmean(c[i][0] for c in curves) for i in range(k)]
+    vals = [[c[i][1] for c in curves] for i in range(k)]
+    return xs, [statistics.fmean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
+
+
+def plot_time_to_accuracy(grid: Grid, records: list[dict], cells: list[dict], out_dir: Path,
+                          stem: str = "study") -> list[Path]:
+    """One PNG per (learning-rate setting, network), ``{stem}-{lr}-tta-{network}.png``:
+    panels of P (rows) x phi (columns), the grid metric (validation) against
+    projected seconds on that network, a line per algorithm entry (mean over
+    seeds) with its seeds' min-max band, the target as a dashed line and the
+    budget as a dotted one (:mod:`.timeaxis`). None without ``cells``."""
+    if not cells:
+        return []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .timeaxis import seed_curves
+
+    colors = plt.get_cmap("tab10").colors
+    paths = []
+    for lr_name in grid.lr:
+        ranks = sorted({c["P"] for c in cells if c["lr"] == lr_name})
+        for network in grid.networks:
+            if not ranks:
+                continue
+            fig, axes = plt.subplots(len(ranks), len(grid.phis), figsize=(5.5 * len(grid.phis), 3.8 * len(ranks)),
+                                     squeeze=False)
+            for i, P in enumerate(ranks):
+                for j, phi in enumerate(grid.phis):
+                    ax = axes[i][j]
+                    for n, label in enumerate(grid.algos):
+                        xs, mean, lo, hi = _spread(seed_curves(grid, records, lr_name, label, P, network, phi))
+                        if not xs:
+                            continue
+                        color = colors[n % len(colors)]
+                        ax.plot(xs, mean, "-o", ms=2.5, lw=1.2, color=color, label=label)
+                        ax.fill_between(xs, lo, hi, color=color, alpha=0.18, lw=0)
+                    c = next((c for c in cells if (c["lr"], c["P"], c["network"], c["phi"]) ==
+                              (lr_name, P, network, phi)), None)
+                    if c is not None:
+                        ax.axhline(c["target"], ls="--", lw=0.8, color="0.3")
+                        if c["budget_s"] is not None:
+                            ax.axvline(c["budget_s"], ls=":", lw=0.8, color="0.3")
+                    ax.set_title(f"P={P}, phi={phi:g}", fontsize=9)
+                    ax.set_xlabel(f"projected seconds on {network}")
+                    ax.set_ylabel(grid.metric.replace("_", " "))
+                    ax.grid(alpha=0.3)
+            handles, labels = axes[0][0].get_legend_handles_labels()
+            fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=min(4, max(1, len(labels))),
+                       bbox_to_anchor=(0.5, 1.0))
+            fig.suptitle(f"{grid.metric.replace('_', ' ')} against projected time on {network}, lr setting "
+                         f"{lr_name}: mean over seeds, band min-max; dashed: target, dotted: budget", fontsize=9,
+                         y=0.01, va="bottom")
+            height = 3.8 * len(ranks)  # the legend above and the caption below take a quarter inch each
+            fig.tight_layout(rect=(0, 0.25 / height, 1, 1 - 0.3 / height))
+            p = out_dir / f"{stem}-{lr_name}-tta-{network}.png"
+            try:
+                atomic_savefig(fig, p, dpi=110)
+            finally:
+                plt.close(fig)
+            paths.append(p)
     return paths

@@ -10,7 +10,7 @@ from pathlib import Path
 from ...distributed.algorithms import BASELINE
 
 __all__ = ["StudyError", "Grid", "RunSpec", "load_grid", "expand", "split_entry", "parse_contrasts",
-           "parse_within", "tested_metric"]
+           "parse_within", "parse_time_axis", "tested_metric"]
 
 
 def split_entry(entry: str, variants: dict, where: str = "") -> tuple[str, str | None]:
@@ -67,6 +67,9 @@ class Grid:
     virtual: bool = False
     within_points: float | None = None
     contrasts: list = field(default_factory=list)
+    networks: list = field(default_factory=list)
+    phis: list = field(default_factory=lambda: [0.0])
+    target_below_baseline: float = 0.5
 
     def __post_init__(self):
         # an accuracy over 10 classes has chance level 0.1: a run below 0.11 collapsed (minips.stats.collapsed)
@@ -110,7 +113,7 @@ def load_grid(path) -> Grid:
             raise StudyError(f"{p}: missing key {key!r} (needs ranks, seeds, algos, [train], [lr.NAME])")
     known = ("ranks", "seeds", "algos", "train", "lr", "variants", "env", "timeout_s", "metric", "chance",
              "report_metric", "target_accuracy", "within_points", "contrasts",
-             "virtual")
+             "virtual", "networks", "phis", "target_below_baseline")
     unknown = set(raw) - set(known)
     if unknown:
         raise StudyError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; a grid's keys are {', '.join(known)}")
@@ -132,6 +135,7 @@ def load_grid(path) -> Grid:
              target_accuracy=float(raw["target_accuracy"]) if "target_accuracy" in raw else None,
              within_points=parse_within(p, raw.get("within_points")), virtual=raw.get("virtual", False))
     g.contrasts = parse_contrasts(p, raw.get("contrasts", []), g.algos)
+    g.networks, g.phis, g.target_below_baseline = parse_time_axis(p, raw, g.metric)
     if not isinstance(g.virtual, bool):
         raise StudyError(f"{p}: virtual = {g.virtual!r}: give true (every run on virtual ranks, threads of one "
                          "process) or false (mpiexec, the default)")
@@ -175,6 +179,40 @@ def parse_contrasts(p, v, algos) -> list[tuple[str, str]]:
                              f"entries of algos ({', '.join(algos)})")
         out.append((a, b))
     return out
+
+
+def parse_time_axis(p, raw: dict, metric: str) -> tuple[list, list, float]:
+    """The grid's ``networks`` (cost-model presets or ``alpha=..,beta=..``),
+    ``phis`` (compute interference, each in [0, 1]; default [0.0]) and
+    ``target_below_baseline`` (points below the baseline's final validation
+    metric; default 0.5), checked; ``networks`` needs a validation ``metric``.
+
+    Raises:
+        StudyError: naming the key and the fix.
+    """
+    from ...distributed.costmodel import NETWORKS, parse_network
+
+    nets, phis = raw.get("networks", []), raw.get("phis", [0.0])
+    below = raw.get("target_below_baseline", 0.5)
+    if not isinstance(nets, list) or not all(isinstance(x, str) for x in nets):
+        raise StudyError(f"{p}: networks = {nets!r}: give a list of network presets, e.g. networks = "
+                         f"[\"1gbe\", \"10gbe\", \"ib-edr\"] (presets: {', '.join(NETWORKS)})")
+    for x in nets:
+        try:
+            parse_network(x)
+        except ValueError as e:
+            raise StudyError(f"{p}: networks: {e}") from None
+    if not isinstance(phis, list) or not phis or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in phis):
+        raise StudyError(f"{p}: phis = {phis!r}: give a non-empty list of compute interferences in [0, 1] "
+                         "(0: overlapped communication is free, 1: it costs compute time), e.g. phis = [0.0, 1.0]")
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or below < 0:
+        raise StudyError(f"{p}: target_below_baseline = {below!r}: give the points below the baseline's final "
+                         "validation metric that the target is, a number >= 0 (0.5: half a point)")
+    if nets and not metric.startswith("val_"):
+        raise StudyError(f"{p}: networks reads time to accuracy on the validation split: set metric = "
+                         "\"val_accuracy\" and val-fraction (e.g. 0.1) in [train]")
+    return list(nets), [float(x) for x in phis], float(below)
 
 
 def parse_within(p, v) -> float | None:

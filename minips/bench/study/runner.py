@@ -100,9 +100,12 @@ def run_record(out: Path, metric: str, report_metric: str | None = None, target:
     traffic (``bytes_sent_per_step``: bytes per rank per step), ``family``,
     ``time_to_target`` (seconds to the first evaluation of the test metric at or
     above ``target``; None when never), ``consensus_distance`` (only for runs
-    whose ranks differ), ``rank0_*`` (with ``eval-rank0``) and ``curve`` (the
+    whose ranks differ), ``rank0_*`` (with ``eval-rank0``), ``curve`` (the
     test metric, wall seconds and cumulative MiB sent per rank at each
-    evaluation: :func:`minips.report.evaluation_curve`)."""
+    evaluation: :func:`minips.report.evaluation_curve`), ``steps``,
+    ``val_curve`` (``metric`` at each evaluation, the ``--eval-every`` ones
+    included) and ``projection`` (a virtual run's cost-model inputs; None
+    otherwise)."""
     from ...report import evaluation_curve, time_to_target
     from ...rundir import load_run
 
@@ -124,5 +127,14 @@ def run_record(out: Path, metric: str, report_metric: str | None = None, target:
             "oversubscribed": s.get("oversubscribed"),
             "time_to_target": time_to_target(s, target, tm), "virtual": bool(s.get("virtual")),
             "projected_step_time_s": s.get("projected_step_time_s"), "projected_network": s.get("projected_network"),
-            "curve": evaluation_curve(s, load_run(out)["trace"], tm)}
+            "curve": evaluation_curve(s, load_run(out)["trace"], tm), "steps": s.get("steps"),
+            # the grid metric at every evaluation (the --eval-every curve when the run has one) and what
+            # the cost model reads to put them on another network's time axis (.timeaxis)
+            "val_curve": [{"step": p["step"], "value": p[metric]} for p in evaluation_curve(s, None, metric)],
+            "projection": {k: s.get(k) for k in PROJECTION_KEYS} if s.get("projected_grad_bytes") else None}
+
+
+#: what a run record keeps of a virtual run's summary.json for :func:`minips.report.projected_step_time`
+PROJECTION_KEYS = ("algo", "algo_options", "algo_spec", "world_size", "projected_profile_s", "projected_grad_bytes",
+                   "projected_profile_extras")
 
