@@ -57,7 +57,8 @@ def table(rs: list[dict]) -> str:
     lines = [f"# Projected against measured: 2 ranks, {NETWORK} (emulated under mpiexec; cost model on virtual ranks)",
              "",
              "| rep | method | steps | measured step ms | projected step ms (phi 0 / 1) | "
-             "projected / measured (phi 0) | compute ms (virtual / MPI) | projected from MPI's compute, ms | gap: compute / rest, ms | "
+             "projected / measured (phi 0) | compute ms (virtual / MPI) | projected from MPI's compute, ms | "
+             "gap: compute / rest, ms | "
              "whole run: projected s / MPI training wall s | load at the end |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rs:
