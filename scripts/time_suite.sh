@@ -56,6 +56,10 @@ kill "$poll" 2>/dev/null
   reference; reference
   echo "## pytest's last lines"
   tail -3 "$out.pytest"
+  if [ "$status" != 0 ]; then  # what failed and why (pytest's own lines; the rest of its output is not kept)
+    echo "## failures"
+    grep -E "^(E |_{5,} |FAILED )" "$out.pytest" | head -80
+  fi
   echo "## load every 20 s"
   cat "$out.load"
 } >> "$out"
