@@ -133,3 +133,49 @@ def test_bad_time_axis_keys_are_refused_in_one_line(tmp_path, metric, extra, mes
     with pytest.raises(StudyError) as e:
         grid(tmp_path, metric, extra)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def _map_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "time_to_accuracy_map.py"
+    spec = importlib.util.spec_from_file_location("time_to_accuracy_map", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tcell(label, by_seed, n=3, P=16, network="1gbe"):
+    times = list(by_seed.values())
+    mean = sum(times) / len(times) if times else None
+    return {"lr": "fixed", "network": network, "phi": 0.0, "P": P, "label": label, "n": n, "reached": len(times),
+            "time_to_target": None if mean is None else {"mean": mean}, "time_to_target_by_seed": by_seed}
+
+
+def test_the_map_names_the_first_method_to_the_target_paired_by_seed_with_sync():
+    """scripts/time_to_accuracy_map.py's rule (issue 52, item 6), on hand-made cells: a method
+    counts only if every seed reached the target; the fastest such method is compared with sync
+    seed by seed (95 % t interval of the differences); sync fastest, or nothing else on every seed,
+    is "none"."""
+    m = _map_script()
+    base = {"0": 10.0, "1": 11.0, "2": 12.0}
+    # A is faster on every seed (differences -5, -5, -5: no spread, the interval is the point);
+    # B is faster still on the seeds it reached, but one seed never did: B is not a candidate
+    rows = m.winners([_tcell("sync", base), _tcell("A", {"0": 5.0, "1": 6.0, "2": 7.0}),
+                      _tcell("B", {"0": 1.0, "1": 1.0})], "sync")
+    (r,) = rows
+    assert r["winner"] == "A" and r["verdict"] == "faster" and r["speedup"] == 11.0 / 6.0
+    assert r["diff"]["mean"] == -5.0 and r["reached"]["B"] == "2/3"
+    # differences -1, +1, -1.5: the interval holds 0, a tie however A's mean compares
+    (r,) = m.winners([_tcell("sync", base), _tcell("A", {"0": 9.0, "1": 12.0, "2": 10.5})], "sync")
+    assert r["winner"] == "A" and r["verdict"] == "no difference shown"
+    # sync fastest: none
+    (r,) = m.winners([_tcell("sync", base), _tcell("A", {"0": 20.0, "1": 21.0, "2": 22.0})], "sync")
+    assert r["winner"] is None and r["verdict"] == "none" and r["baseline_s"] == 11.0
+    # nothing but sync reached it on every seed: none
+    (r,) = m.winners([_tcell("sync", base), _tcell("A", {"0": 1.0})], "sync")
+    assert r["winner"] is None
+    # one seed: reported, not judged
+    (r,) = m.winners([_tcell("sync", {"0": 10.0}, n=1), _tcell("A", {"0": 4.0}, n=1)], "sync")
+    assert r["winner"] == "A" and r["verdict"] == "one seed" and r["diff"]["ci"] is None
+    assert "| 1gbe | 0 | 16 | A | 4 | 10 | 2.50x | -6 | one seed |" in m.table([r], "sync")

@@ -121,11 +121,12 @@ def time_cells(grid: Grid, records: list[dict]) -> list[dict]:
 
 
 def _cell(lr_name, P, network, phi, label, runs, target, budget) -> dict:
-    times, at = [], []
+    times, at, by_seed = [], [], {}
     for c in runs:
         t = next((s for s, v in c["points"] if v >= target), None)
         if t is not None:
             times.append(t)
+            by_seed[str(c["seed"])] = t
         if budget is not None:  # (a relative 1e-9: the mean of equal ends may round below them)
             before = [v for s, v in c["points"] if s <= budget * (1 + 1e-9)]
             if before:
@@ -136,7 +137,8 @@ def _cell(lr_name, P, network, phi, label, runs, target, budget) -> dict:
     steps = [c["step_time_s"] for c in runs if c.get("step_time_s") is not None]
     return {"lr": lr_name, "P": P, "network": network, "phi": phi, "label": label, "target": target,
             "budget_s": budget, "n": len(runs), "reached": len(times), "time_to_target": ttt,
-            "time_to_target_values": times, "at_budget": _interval(at), "at_budget_n": len(at),
+            "time_to_target_values": times, "time_to_target_by_seed": by_seed,
+            "at_budget": _interval(at), "at_budget_n": len(at),
             "at_budget_values": at, "no_projection": sum(c["status"] == "no projection" for c in runs),
             "failed": sum(c["status"] not in ("ok", "no projection") for c in runs),
             "step_time_s": statistics.fmean(steps) if steps else None}

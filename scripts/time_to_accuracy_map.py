@@ -1,0 +1,159 @@
+"""Issue 52, item 6: which method reaches the target first, per network, compute interference phi
+and P, and by how much; "none" where no method beats the baseline (sync).
+
+    python scripts/time_to_accuracy_map.py [--raw RAW] [--grid GRID] [--out DIR] [--figure PNG]
+
+Reads only the committed raw runs (``RAW``, default ``docs/bench/time-to-accuracy/runs``): they are
+copied into a temporary study folder and ``bench study GRID --report-only`` (default grid
+``configs/study-time-to-accuracy.toml``) aggregates them, so the time-to-accuracy cells are the
+study's own (:mod:`minips.bench.study.timeaxis`). Writes ``DIR/map.md`` and ``DIR/map.json``
+(default ``DIR``: the folder above ``RAW``), the study's report beside them (``DIR/report/``) and
+the figure (default ``docs/figures/time-to-accuracy-map.png``).
+
+The rule (:func:`winners`): a method is a candidate in a cell when every one of its seeds reached
+the target (a seed that never does counts against it: its time is not known); the winner is the
+candidate with the least mean time to target. Against the baseline it is paired by seed (the 95 %
+t interval of the per-seed differences of time to target, :mod:`minips.stats`): **faster** when
+the interval lies below 0, **no difference shown** when it holds 0 (a tie: the seeds cannot tell
+the two apart), and with one seed no interval (reported, not judged). "none": the baseline itself
+is fastest, or no other method reached the target on every seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RAW = ROOT / "docs" / "bench" / "time-to-accuracy" / "runs"
+GRID = ROOT / "configs" / "study-time-to-accuracy.toml"
+FIGURE = ROOT / "docs" / "figures" / "time-to-accuracy-map.png"
+
+
+def _all_reached(c: dict) -> bool:
+    return c["n"] > 0 and c["reached"] == c["n"] and c["time_to_target"] is not None
+
+
+def winners(cells: list[dict], baseline: str) -> list[dict]:
+    """One row per (lr, network, phi, P) of the study's ``time_to_accuracy`` cells: ``winner``
+    (a label, or None: "none"), its mean seconds to the target and the baseline's, ``speedup``
+    (baseline's mean time over the winner's), ``diff`` (winner minus baseline, paired by seed:
+    ``mean``, ``ci`` half-width or None with one seed) and ``verdict`` (faster / no difference
+    shown / one seed / none)."""
+    from minips.stats import t_interval
+    keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))  # the study's order
+    rows = []
+    for lr, net, phi, P in keys:
+        here = [c for c in cells if (c["lr"], c["network"], c["phi"], c["P"]) == (lr, net, phi, P)]
+        base = next((c for c in here if c["label"] == baseline), None)
+        cands = sorted((c for c in here if _all_reached(c)), key=lambda c: c["time_to_target"]["mean"])
+        row = {"lr": lr, "network": net, "phi": phi, "P": P, "winner": None, "time_s": None,
+               "baseline_s": base["time_to_target"]["mean"] if base and _all_reached(base) else None,
+               "speedup": None, "diff": None, "verdict": "none",
+               "reached": {c["label"]: f"{c['reached']}/{c['n']}" for c in here}}
+        best = cands[0] if cands else None
+        if best is None or best["label"] == baseline or base is None or not _all_reached(base):
+            rows.append(row)
+            continue
+        a, b = best["time_to_target_by_seed"], base["time_to_target_by_seed"]
+        iv = t_interval([a[s] - b[s] for s in sorted(set(a) & set(b), key=int)])
+        mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
+        verdict = "one seed" if half is None else ("faster" if mean + half < 0 else "no difference shown")
+        row.update(winner=best["label"], time_s=best["time_to_target"]["mean"],
+                   speedup=base["time_to_target"]["mean"] / best["time_to_target"]["mean"],
+                   diff={"mean": mean, "ci": half}, verdict=verdict)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], baseline: str) -> str:
+    lines = [f"| network | phi | P | first to the target | its s | {baseline}'s s | speed-up | "
+             f"minus {baseline}, s (95 % t, paired by seed) | verdict |",
+             "|---|---:|---:|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        def s(x):
+            return "-" if x is None else f"{x:.3g}"
+        diff = "-" if r["diff"] is None else (f"{r['diff']['mean']:+.3g}" + (
+            f" [{r['diff']['mean'] - r['diff']['ci']:+.3g}, {r['diff']['mean'] + r['diff']['ci']:+.3g}]"
+            if r["diff"]["ci"] is not None else ""))
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        lines.append(f"| {r['network']} | {r['phi']:g} | {r['P']} | {r['winner'] or 'none'} | {s(r['time_s'])} | "
+                     f"{s(r['baseline_s'])} | {speedup} | "
+                     f"{diff} | {r['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minips.rundir import atomic_savefig
+    nets = list(dict.fromkeys(r["network"] for r in rows))
+    phis = sorted({r["phi"] for r in rows})
+    Ps = sorted({r["P"] for r in rows})
+    fig, ax = plt.subplots(figsize=(2.6 * len(Ps) + 1.5, 0.75 * len(nets) * len(phis) + 1.4))
+    ylabels = [f"{n}, phi={p:g}" for n in nets for p in phis]
+    for i, (n, p) in enumerate((n, p) for n in nets for p in phis):
+        for j, P in enumerate(Ps):
+            r = next((r for r in rows if (r["network"], r["phi"], r["P"]) == (n, p, P)), None)
+            if r is None:
+                continue
+            won = r["winner"] is not None and r["verdict"] == "faster"
+            text = "none" if r["winner"] is None else f"{r['winner']}\n{r['speedup']:.2f}x ({r['verdict']})"
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, color="#cfe8cf" if won else "#eeeeee", ec="white"))
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7.5)
+    ax.set_xlim(0, len(Ps))
+    ax.set_ylim(len(ylabels), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(Ps))], [f"P = {P}" for P in Ps])
+    ax.set_yticks([i + 0.5 for i in range(len(ylabels))], ylabels)
+    ax.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("First to the target (the baseline's final validation accuracy less 0.5 points) and its speed-up\n"
+                 "over the baseline; green: faster (95 % t interval of the per-seed differences below 0), "
+                 "grey: none, a tie or one seed", fontsize=9)
+    fig.tight_layout()
+    try:
+        atomic_savefig(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--raw", type=Path, default=RAW)
+    ap.add_argument("--grid", type=Path, default=GRID)
+    ap.add_argument("--out", type=Path, default=None, help="default: the folder above --raw")
+    ap.add_argument("--figure", type=Path, default=FIGURE)
+    args = ap.parse_args(argv)
+    from minips.cli import main as cli
+    from minips.distributed.algorithms import BASELINE
+    out = args.out or args.raw.parent
+    with tempfile.TemporaryDirectory(prefix="tta-map-") as tmp:
+        shutil.copytree(args.raw, Path(tmp) / "runs")
+        code = cli(["bench", "study", str(args.grid), "--out", tmp, "--report-only"])
+        if code:
+            return code
+        stem = args.grid.stem
+        report = json.loads((Path(tmp) / f"{stem}.json").read_text())
+        (out / "report").mkdir(parents=True, exist_ok=True)
+        for f in Path(tmp).glob(f"{stem}*"):
+            shutil.copy2(f, out / "report" / f.name)
+    rows = winners(report["time_to_accuracy"], BASELINE)
+    text = ("# Time to accuracy: the first method to the target, per network, phi and P\n\n"
+            + table(rows, BASELINE))
+    (out / "map.md").write_text(text)
+    (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
+    figure(rows, args.figure)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
