@@ -8,7 +8,7 @@ copied into a temporary study folder and ``bench study GRID --report-only`` (def
 ``configs/study-time-to-accuracy.toml``) aggregates them, so the time-to-accuracy cells are the
 study's own (:mod:`minips.bench.study.timeaxis`). Writes ``DIR/map.md`` and ``DIR/map.json``
 (default ``DIR``: the folder above ``RAW``), the study's report beside them (``DIR/report/``) and
-the figure (default ``docs/figures/time-to-accuracy-map.png``).
+the figure (``--figure``; by default ``time-to-accuracy-map.png`` in ``docs/figures/``).
 
 The rule (:func:`winners`): a method is a candidate in a cell when every one of its seeds reached
 the target (a seed that never does counts against it: its time is not known); the winner is the
