@@ -54,6 +54,8 @@ UNITS = {
                                 "absent when none",
     "trace_columns": "the per-step trace.csv columns the algorithm declares for figures: name -> title and label",
     "projected_time_s": "virtual runs, per history row: step x projected_step_time_s (what time-to-accuracy uses)",
+    "profile_steps": "steps step_time_s and the phase profile are means over: this process's after its warm-up "
+                     "(a resumed run's: its last process's only)",
     "warmup_time_s": "seconds rank 0 spent in those steps (the first includes Numba's compile in a fresh process); "
                      "figures against wall time start after them",
     "oversubscribed": "null, or {ranks_on_node, cores} when more ranks ran on a node than the cores they could "
@@ -123,7 +125,7 @@ def summary(trainer, wall: float, samples: int, stopped=None, wall_before: float
         "images_per_s": samples_per_step / step_time if step_time else None,
         "wall_images_per_s": comm.allreduce_scalar(float(samples)) / wall if wall > 0 else None,
         "time_breakdown": breakdown, "time_other_s": None if step_time is None else step_time - sum(breakdown.values()),
-        "step_time_s": step_time, "warmup_steps": skip,
+        "step_time_s": step_time, "warmup_steps": skip, "profile_steps": len(times),
         "warmup_time_s": float(sum(trainer.step_times[:skip])),
         "comm_alone_s": trainer.comm_alone_s, "overlap_efficiency": overlap,
         "bytes_sent_per_rank": sent,

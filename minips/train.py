@@ -538,7 +538,10 @@ class Trainer:
         """Evaluate and record the epoch's row in the history (metrics.csv): a
         complete epoch, or a ``partial`` one (--max-steps inside it), which a
         resumed run replaces when it completes the epoch. ``train_loss`` is
-        the mean over all the epoch's steps, those before a resume included."""
+        the mean over all the epoch's steps, those before a resume included.
+        The ``--eval-every`` curve's point of the epoch's end holds the clock
+        before this evaluation, as the mid-epoch points do."""
+        trained_s = self.wall_seconds()  # before the evaluation: the curve's clock (the history's is after it)
         metrics = self.evaluate()
         row = {"epoch": epoch + 1, "step": self.global_step,
                "train_loss": float(np.mean(losses)),
@@ -550,7 +553,7 @@ class Trainer:
             # step holds a mid-epoch row when it is a multiple of --eval-every)
             self.curve.append({"step": self.global_step, "epoch": float(epoch + 1), "epoch_end": 1,
                                **{k: v for k, v in metrics.items() if k.startswith("val_")},
-                               "wall_time_s": row["wall_time_s"]})
+                               "wall_time_s": trained_s})
         if self.comm.rank == 0:  # the row is on disk as soon as the epoch ends (a later crash keeps it)
             self._write_metrics(getattr(self, "out", None) or Path(self.cfg.out))
         if not partial:  # the next epoch starts afresh (a checkpoint now holds no epoch in progress)

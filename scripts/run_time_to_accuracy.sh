@@ -6,8 +6,10 @@
 # method at a time, so that a stop loses at most the runs in progress. After each run its raw files
 # (summary.json with the validation curve, metrics.csv, command.txt: scripts/collect_runs.py) are
 # copied to docs/bench/time-to-accuracy/runs/ and, with --commit, committed. Resumable: run the same
-# command again (same COMMIT); `bench study` skips every run whose summary.json exists in
-# runs/tta-P{P}, and a run whose raw files are committed is not run again even where that folder is gone.
+# command again; `bench study` skips every finished run in runs/tta-P{P}, continues one that a stop left
+# behind (summary.json saying "stopped": "signal") from its checkpoint, and a run whose raw files are
+# committed is not run again even where that folder is gone. Runs so far: code b0b3aa0, then 1754df5
+# (the same training code; 1754df5 continues stopped runs): docs/bench/time-to-accuracy/study.log.
 #   setsid nohup nice -n 19 scripts/run_time_to_accuracy.sh [COMMIT] [--commit] > runs/tta-driver.log 2>&1 &
 # `touch runs/tta-P16/PAUSE` (or runs/tta-P64/PAUSE) holds that process between runs.
 set -euo pipefail

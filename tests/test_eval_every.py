@@ -41,9 +41,9 @@ def whole(tmp_path_factory):
 def test_one_epoch_has_a_row_every_n_steps_and_the_epochs_row(n, tmp_path):
     s = train(tmp_path / "r", epochs=1, eval_every=n, algo="sync")
     mid = [k * n for k in range(1, STEPS // n + 1) if k * n < STEPS]  # an epoch's last step is its own row
-    assert len(mid) == (STEPS // n if STEPS % n else STEPS // n - 1)
     assert [(r["step"], r["epoch_end"]) for r in s["curve"]] == [(k, 0) for k in mid] + [(STEPS, 1)]
     assert [r["epoch"] for r in s["curve"]] == [k / STEPS for k in mid] + [1.0]
+    assert s["profile_steps"] == STEPS - s["warmup_steps"]  # the step time's and the profile's steps
     assert all(0 < r["val_accuracy"] <= 1 and r["val_loss"] > 0 and "test_accuracy" not in r for r in s["curve"])
     # the epoch's own row is the history's validation metrics; metrics.csv keeps one row per epoch
     h = s["history"]

@@ -3,6 +3,8 @@ report.projected_step_time / reprojected_curve, step x the algorithm's cost
 model at the run's P on that network with compute interference phi. The
 expected times are computed here from the ring allreduce formula
 T = 2 (P-1) alpha + 2 (P-1)/P n beta, not by the cost model."""
+import json
+
 import pytest
 
 from minips import report
@@ -25,7 +27,12 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("reproject")
     kw = dict(model="mlp", epochs=1, batch_size=500, val_fraction=0.1, eval_every=5, quiet=True, virtual_ranks=P)
     algos = ("sync", "overlap-sync:bucket-mb=0.001")
-    return {a: train(**kw, algo=a, out=str(root / a.replace(":", "-"))) for a in algos}
+    out = {}
+    for a in algos:  # each summary read back from its summary.json, as the study reads it
+        folder = root / a.replace(":", "-")
+        train(**kw, algo=a, out=str(folder))
+        out[a] = json.loads((folder / "summary.json").read_text())
+    return out
 
 
 def test_a_sync_run_on_each_network_is_steps_times_compute_plus_a_ring_allreduce(runs):

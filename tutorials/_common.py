@@ -299,7 +299,9 @@ def _run_here(args: list, env: dict | None) -> tuple[int, str]:
     of CPU importing NumPy and Numba and loading the kernels this process has loaded
     already) is most of what it costs. The same ``minips.cli.main`` runs, with MPI off
     (``MINIPS_MPI=0``, as :func:`minips_cli` sets for its process) and ``env`` set while it
-    runs; its output is captured as the subprocess's would be. Returns (exit status, output)."""
+    runs; its output is captured as the subprocess's would be (and written to stderr before an
+    exception that escapes the command). No time limit, unlike the subprocess's ``timeout``.
+    Returns (exit status, output)."""
     import contextlib
     import io
 
@@ -317,6 +319,9 @@ def _run_here(args: list, env: dict | None) -> tuple[int, str]:
                 code = main([str(a) for a in args])
             except SystemExit as e:  # argparse's refusals
                 code = e.code if isinstance(e.code, int) else (1 if e.code else 0)
+            except BaseException:  # the command's own output first, then the exception
+                sys.__stderr__.write(buf.getvalue())
+                raise
     finally:
         for k, v in before.items():
             if v is None:

@@ -148,6 +148,7 @@ def run_record(out: Path, metric: str, report_metric: str | None = None, target:
             "oversubscribed": s.get("oversubscribed"),
             "time_to_target": time_to_target(s, target, tm), "virtual": bool(s.get("virtual")),
             "projected_step_time_s": s.get("projected_step_time_s"), "projected_network": s.get("projected_network"),
+            "profile_steps": s.get("profile_steps"),
             "curve": evaluation_curve(s, load_run(out)["trace"], tm), "steps": s.get("steps"),
             # the grid metric at every evaluation (the --eval-every curve when the run has one) and what
             # the cost model reads to put them on another network's time axis (.timeaxis)

@@ -34,7 +34,12 @@ from ...stats import CONFIDENCE, points_per_unit, t_interval
 from .aggregate import baseline_label
 from .grid import Grid
 
-__all__ = ["time_cells", "time_report", "seed_curves"]
+__all__ = ["time_cells", "time_report", "seed_curves", "MIN_PROFILE_STEPS"]
+
+#: a seed's measured compute enters its cell's step time only when measured over at least this many
+#: steps (``profile_steps``: a run resumed near its end measured only its last process's few steps,
+#: the first of them loading kernels); when no seed has as many, every seed's counts
+MIN_PROFILE_STEPS = 20
 
 
 def _summary(rec: dict) -> dict | None:
@@ -51,7 +56,10 @@ def seed_curves(grid: Grid, records: list[dict], lr_name: str, label: str, P: in
     the cost model's from each seed's measured compute, **mean over the
     cell's seeds**: the compute is the method's, its spread over seeds is
     measurement noise, and one step time per cell puts every seed's last
-    evaluation at the same time (the baseline's budget is then its own end)."""
+    evaluation at the same time (the baseline's budget is then its own end).
+    A seed whose compute was measured over fewer than :data:`MIN_PROFILE_STEPS`
+    steps (``profile_steps``, a run resumed near its end) is left out of that
+    mean (``short_profile`` True) unless no seed has as many."""
     out = []
     for r in records:
         if (r["lr"], r["label"], r["P"]) != (lr_name, label, P):
@@ -62,8 +70,10 @@ def seed_curves(grid: Grid, records: list[dict], lr_name: str, label: str, P: in
             entry["status"] = "no projection"
         elif r.get("status") == "ok":
             entry["own_step_time_s"] = projected_step_time(proj, network, phi)
+            entry["short_profile"] = (r.get("profile_steps") or MIN_PROFILE_STEPS) < MIN_PROFILE_STEPS
         out.append(entry)
-    times = [e["own_step_time_s"] for e in out if "own_step_time_s" in e]
+    timed = [e for e in out if "own_step_time_s" in e]
+    times = [e["own_step_time_s"] for e in timed if not e["short_profile"]] or [e["own_step_time_s"] for e in timed]
     t = statistics.fmean(times) if times else None
     recs = {r["seed"]: r for r in records if (r["lr"], r["label"], r["P"]) == (lr_name, label, P)}
     for e in out:
