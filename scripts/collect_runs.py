@@ -6,7 +6,8 @@ the runs they replace (issue 41).
 
 For every run folder ``STUDY_OUT/runs/P{P}[-virtual]/{lr}/{label}/seed{S}/`` with a
 ``summary.json``, copies ``summary.json``, ``metrics.csv`` and ``command.txt`` (never
-checkpoints or traces) to the same relative path under ``DEST``. A diverged run's
+checkpoints or traces) to the same relative path under ``DEST``; a run stopped at a signal
+(``"stopped": "signal"``: not finished, ``bench study`` continues it) is not copied. A diverged run's
 ``summary.json`` is ``bench study``'s record ``{"status": "diverged", ...}``.
 
 With ``--log``: each log line ``[..] i/n P=P lr LABEL seed S: ok METRIC VALUE (...)`` of the
@@ -40,6 +41,8 @@ def collect(study: Path, dest: Path) -> dict:
     out = {}
     for s in sorted((study / "runs").glob("P*/*/*/seed*/summary.json")):
         run = s.parent
+        if json.loads(s.read_text()).get("stopped") == "signal":
+            continue
         rel = run.relative_to(study / "runs")
         (dest / rel).mkdir(parents=True, exist_ok=True)
         for name in FILES:

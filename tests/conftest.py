@@ -110,6 +110,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(scope="module")
+def one_numba_thread():
+    """Runs compared bit for bit use one Numba thread: left to itself each run
+    picks its count from the machine's load, and a parallel reduction's last
+    bits depend on the count (a resume reuses its checkpoint's count; see
+    tests/test_run_folder.py::test_a_resume_reuses_the_checkpoints_thread_count).
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("one_numba_thread")``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NUMBA_NUM_THREADS", "1")
+        yield
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

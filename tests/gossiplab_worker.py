@@ -1,8 +1,12 @@
-"""Worker for the gossip-lab engine test: ``mpiexec -n 4 python tests/gossiplab_worker.py OUT.npz``.
+"""Worker for the gossip-lab engine test: ``mpiexec -n 4 python tests/gossiplab_worker.py OUT.npz [ARGS.json]``.
 
 Runs every case of :data:`CASES` on the MPI engine (one node per rank) and, on
 rank 0, saves each case's history (n, rounds + 1, d) and cumulative messages.
+Then, given ``ARGS.json`` (a JSON list of argument lists), runs each as
+``python -m minips ARGS`` would, in this launch (:func:`minips.cli.main`): the
+command line under the same ranks, without starting them again.
 """
+import json
 import sys
 
 import numpy as np
@@ -42,3 +46,9 @@ def main(out):
 
 if __name__ == "__main__":
     run_or_abort(main, sys.argv[1])
+    if len(sys.argv) > 2:
+        from minips.cli import main as cli
+        for args in json.loads(sys.argv[2]):
+            code = cli(args)
+            if code:
+                sys.exit(code)

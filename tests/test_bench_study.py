@@ -189,6 +189,44 @@ def test_aggregate_and_report(tmp_path):
     assert "| base | 2 | pseudo-sync:last:1 | 1 | -2.00 (1 seed; left out: 1 of 3 collapsed, 1 of 3 diverged) |" in md
 
 
+def test_a_run_stopped_at_a_signal_continues_from_its_checkpoint(tmp_path, monkeypatch):
+    """A study stopped with its driver (SIGTERM to the process group) leaves each run in progress
+    stopped at the signal, with summary.json ("stopped": "signal") and a checkpoint: not finished.
+    The next study continues it with ``train --resume`` in the same folder (no --overwrite, which
+    would start it again), starts it again when it has no checkpoint, and skips a finished run;
+    --report-only leaves a stopped run out."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from minips.bench.study import runner
+    grid = load_grid(write(tmp_path))
+    spec = expand(grid)[0]
+    root = tmp_path / "study"
+    out = spec.out(root)
+    out.mkdir(parents=True)
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: ("train" in cmd and started.append(cmd)) or SimpleNamespace(
+        returncode=0, stderr="", stdout="mpiexec (MPICH)"))  # the training commands only (not mpiexec's probe)
+    (out / "summary.json").write_text(json.dumps({"stopped": "signal", "steps": 59}))
+    (out / "checkpoint.h5").write_bytes(b"")
+    assert not runner.finished(out) and runner.stopped_by_signal(out)
+    r = run_cli(["bench", "study", str(write(tmp_path)), "--out", str(root), "--report-only"])
+    assert r.returncode != 0 and "no finished runs yet" in r.stdout + r.stderr
+    runner.run_one(spec, root, grid, "mpiexec", print)
+    assert len(started) == 1 and "--overwrite" not in started[0]
+    i = started[0].index("--resume")
+    assert started[0][i + 1] == str(out / "checkpoint.h5") and started[0][started[0].index("--out") + 1] == str(out)
+    (out / "checkpoint.h5").unlink()  # stopped before its first checkpoint: from the start
+    runner.run_one(spec, root, grid, "mpiexec", print)
+    assert "--overwrite" in started[1] and "--resume" not in started[1]
+    (out / "summary.json").write_text(json.dumps({"stopped": None, "steps": 60}))
+    assert runner.finished(out)
+    (out / "summary.json").write_text(json.dumps({"stopped": "max_steps", "steps": 60}))  # --max-steps: done
+    assert runner.finished(out)
+    (out / "summary.json").write_text(json.dumps({"status": "diverged"}))  # a diverged run's record: done
+    assert runner.finished(out)
+
+
 def test_study_smoke_resumes_and_records_divergence(tmp_path):
     """On virtual ranks (grid key virtual = true: the study's bookkeeping is under
     test, not MPI): runs in runs/P2-virtual, the report says VIRTUAL, a rerun

@@ -28,12 +28,7 @@ def curve_csv(out):
         return list(csv.DictReader(f))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One Numba thread: runs compared bit for bit (see tests/test_run_folder.py)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NUMBA_NUM_THREADS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("one_numba_thread")  # runs compared bit for bit (conftest.py)
 
 
 @pytest.fixture(scope="module")

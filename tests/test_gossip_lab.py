@@ -298,13 +298,15 @@ def test_every_method_is_in_a_rate_test():
 
 @pytest.mark.mpi(ranks=4)
 def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
-    """One launch of 4 ranks runs every method; the vectorised cluster runs them here."""
+    """One launch of 4 ranks runs every method, then the command line (``gossip-lab`` under the
+    same ranks); the vectorised cluster runs them here."""
     from .gossiplab_worker import CASES, ROUNDS
     mpiexec = shutil.which("mpiexec")
     assert mpiexec, "mpiexec not found: pip install -e '.[mpi,test]'"
     out = tmp_path / "w.npz"
-    p = subprocess.run([mpiexec, "-n", "4", sys.executable, WORKER, str(out)], capture_output=True, text=True,
-                       timeout=120, env=subprocess_env(), cwd=ROOT)
+    cli = [["gossip-lab", "--method", "plain,accelerated", "--rounds", "30", "--out", str(tmp_path / "lab")]]
+    p = subprocess.run([mpiexec, "-n", "4", sys.executable, WORKER, str(out), json.dumps(cli)], capture_output=True,
+                       text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     z = np.load(out)
     for label, method, top, opts in CASES:
@@ -313,10 +315,6 @@ def test_virtual_and_mpi_engines_give_the_same_trajectory(tmp_path):
                                    err_msg=label)
         np.testing.assert_array_equal(z[label + "/messages"], r["messages"], err_msg=label)
     # the command line under mpiexec, and its refusals
-    p = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "minips", "gossip-lab", "--method",
-                        "plain,accelerated", "--rounds", "30", "--out", str(tmp_path / "lab")], capture_output=True,
-                       text=True, timeout=120, env=subprocess_env(), cwd=ROOT)
-    assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads((tmp_path / "lab" / "lab.json").read_text())
     assert [r["engine"] for r in res] == ["mpi", "mpi"] and res[0]["n"] == 4
     virt = simulate("accelerated", "ring", 4, 30)

@@ -17,11 +17,7 @@ def ring(n, alpha, beta):
     return 2 * (P - 1) * alpha + 2 * (P - 1) / P * n * beta
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NUMBA_NUM_THREADS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("one_numba_thread")  # runs compared bit for bit (conftest.py)
 
 
 @pytest.fixture(scope="module")

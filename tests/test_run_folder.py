@@ -44,15 +44,7 @@ def strict_json(path):
     return json.loads(path.read_text(), parse_constant=bad)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Runs compared bit for bit use one Numba thread: left to itself each run
-    picks its count from the machine's load, and a parallel reduction's last
-    bits depend on the count (a resume reuses its checkpoint's count; see
-    test_a_resume_reuses_the_checkpoints_thread_count)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NUMBA_NUM_THREADS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("one_numba_thread")  # runs compared bit for bit (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ TABLE_SCRIPTS = {
     "adaptive_local_lambda": ["docs/bench/scale/screen-43/adaptive-local-lambda/table.md",
                               "docs/bench/scale/screen-43/adaptive-local-lambda/table.json"],
     "verdict_43": ["docs/bench/scale/screen-43/correction05-verdict/verdict.md"],
+    "time_axis_check": ["docs/bench/time-to-accuracy/time-axis/time-axis.md"],
 }
 
 
@@ -105,6 +106,7 @@ def test_a_finished_run_without_its_metrics_is_missing_too(tmp_path):
     ("docs/bench/scale/study1/accuracy-vs-P.md", ["docs/results.md"]),
     ("docs/bench/scale/screen-43/adaptive-local-lambda/table.md", ["docs/accuracy.md"]),
     ("docs/bench/scale/screen-43/correction05-verdict/verdict.md", ["docs/accuracy.md"]),
+    ("docs/bench/time-to-accuracy/time-axis/time-axis.md", ["docs/outputs.md"]),
 ])
 def test_the_docs_quote_the_committed_tables(table, docs):
     """Where a doc copies a committed table, it copies it as it is now: every data row of the

@@ -85,8 +85,9 @@ def test_every_step_file_is_listed():
 
 
 #: steps that start mpiexec themselves (besides those run under it); two-rank jobs share the cores (conftest.py).
-#: Their ``train`` and ``compare`` commands run on virtual ranks here (MINIPS_TUTORIAL_VIRTUAL_RANKS, set by
-#: _env): 08, 11, 12 and 13 start no mpiexec in this file, and 10 only for ``bench comm``. The notebook tests
+#: Their ``train`` and ``compare`` commands run on virtual ranks here, in the step's own process, as do their
+#: ``minips_cli`` commands (MINIPS_TUTORIAL_VIRTUAL_RANKS, set by _env: tutorials/_common.py's _run_here):
+#: 08, 11, 12 and 13 start no mpiexec in this file, and 10 only for ``bench comm``. The notebook tests
 #: (tests/test_tutorial_notebooks.py, in .ci/run) run every step's commands under mpiexec, as a student does.
 LAUNCH_MPI = {"10_scaling_and_clusters"}
 

@@ -8,7 +8,8 @@ Each test runs ``compare`` twice with the same seed and options: once as
 the runs agree to the last bit at P = 2 and 4 (asserted); at P = 8, where
 every registered algorithm runs (one ``compare`` of them all: each ``mpiexec``
 rank costs about 1.5 s of CPU to start, so one launch, not one per kind), the
-losses are asserted within 1e-5 relative and the bytes sent equal.
+losses are asserted within 1e-5 relative and the bytes sent equal. The two checks at
+P = 4 run their compares in one ``mpiexec`` launch (:func:`run_many`).
 """
 import csv
 import json
@@ -51,18 +52,35 @@ def compare_args(out, algos, steps, *extra, checkpoint=True, batch=16):
 
 def run_both(P, algos, steps, tmp_path, timeout=600, checkpoint=True, batch=16):
     """(virtual summaries, MPI summaries) of one compare, in the order of ``algos``."""
+    return run_many(P, [(tmp_path, algos, steps, checkpoint, batch)], timeout)[0]
+
+
+#: one MPI process running several compares one after the other (each rank starts once: about
+#: 1.5 s of CPU per rank saved per compare); minips.cli.main aborts the job when a rank fails, as
+#: ``python -m minips`` does
+MANY = ("import json, sys\nfrom minips.cli import main\n"
+        "for args in json.loads(sys.argv[1]):\n    code = main(args)\n    if code:\n        sys.exit(code)\n")
+
+
+def run_many(P, jobs, timeout=600):
+    """``jobs``: (folder, algos, steps, checkpoint, batch) compares, run in one ``mpiexec -n P``
+    launch (into ``folder/mpi``) and then each here on P virtual ranks (into ``folder/virtual``);
+    a list of (virtual summaries, MPI summaries), one pair per job."""
     from minips.cli import main
     exe = shutil.which("mpiexec")
     if exe is None:  # pragma: no cover - the mpi extra installs it
         pytest.fail("mpiexec not found: pip install -e '.[mpi,test]'", pytrace=False)
-    with cores_for_ranks(P):  # the tests' mpi marks say lock="in test": the virtual run below needs no lock
-        proc = subprocess.run([exe, "-n", str(P), sys.executable, "-m", "minips",
-                               *compare_args(tmp_path / "mpi", algos, steps, checkpoint=checkpoint, batch=batch)],
+    mpi_args = [compare_args(d / "mpi", algos, steps, checkpoint=checkpoint, batch=batch)
+                for d, algos, steps, checkpoint, batch in jobs]
+    with cores_for_ranks(P):  # the tests' mpi marks say lock="in test": the virtual runs below need no lock
+        proc = subprocess.run([exe, "-n", str(P), sys.executable, "-c", MANY, json.dumps(mpi_args)],
                               capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert main(compare_args(tmp_path / "virtual", algos, steps, "--virtual-ranks", str(P), checkpoint=checkpoint,
-                             batch=batch)) == 0
-    return [json.loads((tmp_path / side / "compare.json").read_text()) for side in ("virtual", "mpi")]
+    for d, algos, steps, checkpoint, batch in jobs:
+        assert main(compare_args(d / "virtual", algos, steps, "--virtual-ranks", str(P), checkpoint=checkpoint,
+                                 batch=batch)) == 0
+    return [[json.loads((d / side / "compare.json").read_text()) for side in ("virtual", "mpi")]
+            for d, *_ in jobs]
 
 
 def losses(run_dir) -> list[float]:
@@ -106,18 +124,16 @@ def test_virtual_equals_mpiexec_bitwise_at_P2(tmp_path):
 
 
 @pytest.mark.mpi(ranks=4, lock="in test")
-def test_virtual_equals_mpiexec_bitwise_at_P4(tmp_path):
+def test_virtual_equals_mpiexec_bitwise_at_P4_and_over_an_mlp_epoch(tmp_path):
     """Beyond P = 2 a sum's order matters; it is MPICH's here, so the runs agree
-    bit for bit (stricter than the 1e-5 the issue allows)."""
-    virt, mpi = run_both(4, SPECS, 10, tmp_path)
-    assert_same_runs(4, SPECS, tmp_path, virt, mpi)
-
-
-@pytest.mark.mpi(ranks=4, lock="in test")
-def test_an_mlp_epoch_on_4_virtual_ranks_reaches_the_mpi_test_accuracy(tmp_path):
-    # batch 64 per rank: a whole epoch of the mini set in 24 steps
-    virt, mpi = run_both(4, ["sync", "pseudo-sync:predictor=local"], 0, tmp_path, batch=64)
-    for v, m in zip(virt, mpi):
+    bit for bit (stricter than the 1e-5 the issue allows). Then a whole epoch of the
+    MLP (batch 64 per rank: the mini set in 24 steps) reaches the MPI run's test
+    accuracy. Both compares in one ``mpiexec`` launch (:func:`run_many`)."""
+    short, epoch = tmp_path / "short", tmp_path / "epoch"
+    (virt, mpi), (virt_e, mpi_e) = run_many(4, [(short, SPECS, 10, True, 16),
+                                                (epoch, ["sync", "pseudo-sync:predictor=local"], 0, True, 64)])
+    assert_same_runs(4, SPECS, short, virt, mpi)
+    for v, m in zip(virt_e, mpi_e):
         assert v["epochs"] == m["epochs"] == 1
         assert v["test_accuracy"] == m["test_accuracy"] > 0.7, v["label"]
 

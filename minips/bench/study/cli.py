@@ -16,7 +16,7 @@ from .aggregate import contrasts, family_cells, mark_collapsed, paired_compariso
 from .figures import plot_families, plot_study, plot_time_to_accuracy
 from .grid import RunSpec, StudyError, expand, load_grid, parse_contrasts, parse_within
 from .report import families_report, markdown_report
-from .runner import run_one, run_record, train_command
+from .runner import finished, run_one, run_record, train_command
 from .timeaxis import time_cells, time_report
 
 __all__ = ["run", "add_arguments"]
@@ -126,7 +126,7 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
         for i, s in enumerate(specs):
             while (root / "PAUSE").exists():
                 time.sleep(5)
-            done = (s.out(root) / "summary.json").exists()
+            done = finished(s.out(root))
             rec = run_one(s, root, grid, mpiexec, log)
             records.append(rec)
             if not done:
@@ -144,7 +144,7 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
     else:
         records = [{"P": s.P, "lr": s.lr_name, "label": s.label, "seed": s.seed,
                     **run_record(s.out(root), grid.metric, grid.report_metric, grid.target_accuracy)}
-                   for s in specs if (s.out(root) / "summary.json").exists()]
+                   for s in specs if finished(s.out(root))]
     if add_records:
         records = _add_records(records, add_records, specs)
     if not records:

@@ -113,12 +113,7 @@ def plot_study(grid: Grid, records: list[dict], out_dir: Path, title: str = "", 
         ax.set_title(f"{title} ({lr_name}): mean over seeds, bars: 95 % t interval of the mean")
         ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
-        p = out_dir / f"{stem}-{lr_name}.png"
-        try:
-            atomic_savefig(fig, p, dpi=120)
-        finally:
-            plt.close(fig)
-        paths.append(p)
+        paths.append(_save(fig, out_dir / f"{stem}-{lr_name}.png", 120))
     return paths
 
 
@@ -185,10 +180,15 @@ def plot_time_to_accuracy(grid: Grid, records: list[dict], cells: list[dict], ou
                          y=0.01, va="bottom")
             height = 3.8 * len(ranks)  # the legend above and the caption below take a quarter inch each
             fig.tight_layout(rect=(0, 0.25 / height, 1, 1 - 0.3 / height))
-            p = out_dir / f"{stem}-{lr_name}-tta-{network}.png"
-            try:
-                atomic_savefig(fig, p, dpi=110)
-            finally:
-                plt.close(fig)
-            paths.append(p)
+            paths.append(_save(fig, out_dir / f"{stem}-{lr_name}-tta-{network}.png", 110))
     return paths
+
+
+def _save(fig, path: Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` atomically and close it (also when the write fails); returns ``path``."""
+    import matplotlib.pyplot as plt
+    try:
+        atomic_savefig(fig, path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return path

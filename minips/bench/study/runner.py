@@ -13,17 +13,35 @@ from ...rundir import atomic_write
 from ..launch import flag_args, launch_env, mpiexec_command
 from .grid import Grid, RunSpec
 
-__all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record"]
+__all__ = ["train_command", "VARIANT_TOML", "run_one", "run_record", "finished", "stopped_by_signal"]
 
 
-def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable) -> list[str]:
+def stopped_by_signal(out: Path) -> bool:
+    """Whether the run in ``out`` stopped at a signal (SIGTERM, SIGINT, a launcher's stop: its
+    summary.json says ``"stopped": "signal"``): not finished, and resumable from its checkpoint."""
+    try:
+        return json.loads((out / "summary.json").read_text()).get("stopped") == "signal"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def finished(out: Path) -> bool:
+    """Whether the run in ``out`` is done: a summary.json (a finished or diverged run's) that is
+    not a stopped run's (:func:`stopped_by_signal`)."""
+    return (out / "summary.json").exists() and not stopped_by_signal(out)
+
+
+def train_command(spec: RunSpec, out: Path, mpiexec: str, python: str = sys.executable,
+                  resume: Path | None = None) -> list[str]:
     """The ``mpiexec -n P python -m minips train ...`` command of one run, or
     ``python -m minips train --virtual-ranks P ...`` for a virtual one (every
     option explicit; a variant's options through ``OUT/variant.toml``; ``--overwrite``: a
-    finished run is skipped before this, so what is there is a failed attempt's leftovers)."""
+    finished run is skipped before this, so what is there is a failed attempt's leftovers;
+    ``resume``: a stopped run's checkpoint, continued in the same folder instead)."""
     launch = [python] if spec.virtual else [*mpiexec_command(mpiexec, spec.P), python]
+    start = ["--resume", str(resume)] if resume is not None else ["--overwrite"]
     args = [*launch, "-m", "minips", "train", *flag_args(spec.flags),
-            "--out", str(out), "--quiet", "--overwrite", *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
+            "--out", str(out), "--quiet", *start, *(["--virtual-ranks", str(spec.P)] if spec.virtual else [])]
     if spec.variant_options:
         args += ["--config", str(out / VARIANT_TOML)]
     return args
@@ -42,18 +60,21 @@ def _toml_value(v) -> str:
 
 
 def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  # noqa: C901
-    """Run one grid point (unless its summary exists); returns its record."""
+    """Run one grid point (unless it finished: :func:`finished`); returns its record. A run
+    that stopped at a signal (a study stopped with its driver) continues from its checkpoint,
+    the same trajectory (``train --resume``), or starts again when it has none."""
     out = spec.out(root)
     rec = {"P": spec.P, "lr": spec.lr_name, "label": spec.label, "seed": spec.seed, "virtual": spec.virtual}
-    if (out / "summary.json").exists():
+    if finished(out):
         return {**rec, **run_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
+    resume = out / "checkpoint.h5" if stopped_by_signal(out) and (out / "checkpoint.h5").exists() else None
     out.mkdir(parents=True, exist_ok=True)
     if spec.variant_options:  # a TOML table named as the algorithm's options table
         from ...distributed.algorithms import resolve
         table = resolve(spec.flags["algo"]).cls.Options.EXTRA
         atomic_write(out / VARIANT_TOML,
                      f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.variant_options.items()))
-    cmd = train_command(spec, out, mpiexec)
+    cmd = train_command(spec, out, mpiexec, resume=resume)
     env = launch_env()
     env.update(grid.env)
     atomic_write(out / "command.txt", " ".join(cmd) + "\n")
@@ -64,7 +85,7 @@ def run_one(spec: RunSpec, root: Path, grid: Grid, mpiexec: str, log) -> dict:  
     except subprocess.TimeoutExpired as e:
         rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
     wall = time.perf_counter() - t0
-    if rc == 0 and (out / "summary.json").exists():
+    if rc == 0 and finished(out):
         return {**rec, **run_record(out, grid.metric, grid.report_metric, grid.target_accuracy)}
     status = "diverged" if "diverged" in stderr else ("timeout" if rc == "timeout" else "failed")
     result = {"status": status, "metric": None, "wall_s": wall, "returncode": rc,
