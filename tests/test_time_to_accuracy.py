@@ -184,19 +184,18 @@ def test_the_map_names_the_first_method_to_the_target_paired_by_seed_with_sync()
     assert r["winner"] == "A" and r["verdict"] == "sync 2/3 reached" and r["diff"] is None and r["speedup"] is None
 
 
-def test_a_seed_timed_over_a_few_steps_does_not_set_its_cells_step_time(tmp_path):
+def test_a_seed_timed_over_a_few_steps_does_not_set_its_cells_step_time():
     """A run resumed near its end measured its compute over its last process's few steps (the first
     loading kernels): below MIN_PROFILE_STEPS it is left out of the cell's mean step time, which the
     other seeds then set alone; when every seed is short, all count."""
     from minips.bench.study.timeaxis import MIN_PROFILE_STEPS, seed_curves
-    g = grid(tmp_path)
     recs = [r for r in records() if r["label"] == "sync"]
     slow = {**recs[1], "profile_steps": 3, "projection": {
         **recs[1]["projection"], "projected_profile_s": {"forward": 1.0, "backward": 2.0, "update": 0.0}}}
-    runs = seed_curves(g, [{**recs[0], "profile_steps": 200}, slow], "fixed", "sync", P, "1gbe", 0.0)
+    runs = seed_curves([{**recs[0], "profile_steps": 200}, slow], "fixed", "sync", P, "1gbe", 0.0)
     assert [r["short_profile"] for r in runs] == [False, True]
     assert all(r["step_time_s"] == pytest.approx(step_time("sync", "1gbe")) for r in runs)  # seed 0's alone
-    both_short = seed_curves(g, [{**recs[0], "profile_steps": MIN_PROFILE_STEPS - 1}, slow], "fixed", "sync", P,
+    both_short = seed_curves([{**recs[0], "profile_steps": MIN_PROFILE_STEPS - 1}, slow], "fixed", "sync", P,
                              "1gbe", 0.0)
     assert both_short[0]["step_time_s"] == pytest.approx((step_time("sync", "1gbe") + 3.0 + step_time("sync", "1gbe")
                                                           - COMPUTE["sync"]) / 2)

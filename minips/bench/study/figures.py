@@ -156,7 +156,7 @@ def plot_time_to_accuracy(grid: Grid, records: list[dict], cells: list[dict], ou
                 for j, phi in enumerate(grid.phis):
                     ax = axes[i][j]
                     for n, label in enumerate(grid.algos):
-                        xs, mean, lo, hi = _spread(seed_curves(grid, records, lr_name, label, P, network, phi))
+                        xs, mean, lo, hi = _spread(seed_curves(records, lr_name, label, P, network, phi))
                         if not xs:
                             continue
                         color = colors[n % len(colors)]

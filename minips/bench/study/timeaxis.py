@@ -47,7 +47,7 @@ def _summary(rec: dict) -> dict | None:
     return rec.get("projection") or None
 
 
-def seed_curves(grid: Grid, records: list[dict], lr_name: str, label: str, P: int, network: str,
+def seed_curves(records: list[dict], lr_name: str, label: str, P: int, network: str,
                 phi: float) -> list[dict]:
     """One dict per run of a cell: ``seed``, ``status``, ``steps``,
     ``step_time_s`` and ``points`` ([(projected seconds, validation metric)]
@@ -120,11 +120,11 @@ def time_cells(grid: Grid, records: list[dict]) -> list[dict]:
             target = statistics.fmean(finals) - below
             for network in grid.networks:
                 for phi in grid.phis:
-                    ends = [c["end_s"] for c in seed_curves(grid, records, lr_name, base, P, network, phi)
-                            if c.get("end_s") is not None]
+                    base_runs = seed_curves(records, lr_name, base, P, network, phi)
+                    ends = [c["end_s"] for c in base_runs if c.get("end_s") is not None]
                     budget = statistics.fmean(ends) if ends else None
                     for label in grid.algos:
-                        runs = seed_curves(grid, records, lr_name, label, P, network, phi)
+                        runs = base_runs if label == base else seed_curves(records, lr_name, label, P, network, phi)
                         if runs:
                             cells.append(_cell(lr_name, P, network, phi, label, runs, target, budget))
     return cells
