@@ -7,8 +7,9 @@ Reads only the committed raw runs (``RAW``, default ``docs/bench/time-to-accurac
 copied into a temporary study folder and ``bench study GRID --report-only`` (default grid
 ``configs/study-time-to-accuracy.toml``) aggregates them, so the time-to-accuracy cells are the
 study's own (:mod:`minips.bench.study.timeaxis`). Writes ``DIR/map.md`` and ``DIR/map.json``
-(default ``DIR``: the folder above ``RAW``), the study's report beside them (``DIR/report/``) and
-the figure (``--figure``; by default ``time-to-accuracy-map.png`` in ``docs/figures/``).
+(default ``DIR``: the folder above ``RAW``), the study's report beside them (``DIR/report/``: its
+tables, JSON and its curves of validation accuracy against projected time, one figure per network)
+and the figure (``--figure``; by default ``time-to-accuracy-map.png`` in ``docs/figures/``).
 
 The rule (:func:`winners`): a method is a candidate in a cell when every one of its seeds reached
 the target (a seed that never does counts against it: its time is not known); the winner is the
@@ -95,7 +96,7 @@ def table(rows: list[dict], baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(rows: list[dict], path: Path) -> None:
+def figure(rows: list[dict], path: Path, baseline: str, points: float) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -104,7 +105,7 @@ def figure(rows: list[dict], path: Path) -> None:
     nets = list(dict.fromkeys(r["network"] for r in rows))
     phis = sorted({r["phi"] for r in rows})
     Ps = sorted({r["P"] for r in rows})
-    fig, ax = plt.subplots(figsize=(2.6 * len(Ps) + 1.5, 0.75 * len(nets) * len(phis) + 1.4))
+    fig, ax = plt.subplots(figsize=(3.2 * len(Ps) + 2.0, 0.75 * len(nets) * len(phis) + 1.4))
     ylabels = [f"{n}, phi={p:g}" for n in nets for p in phis]
     for i, (n, p) in enumerate((n, p) for n in nets for p in phis):
         for j, P in enumerate(Ps):
@@ -112,7 +113,9 @@ def figure(rows: list[dict], path: Path) -> None:
             if r is None:
                 continue
             won = r["winner"] is not None and r["verdict"] == "faster"
-            text = "none" if r["winner"] is None else f"{r['winner']}\n{r['speedup']:.2f}x ({r['verdict']})"
+            text = (f"none\n({baseline} first or no other method on every seed)" if r["winner"] is None else
+                    f"{r['winner']}\n{r['speedup']:.2f}x ({r['verdict']})" if r["speedup"] is not None else
+                    f"{r['winner']}\n({r['verdict']})")
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color="#cfe8cf" if won else "#eeeeee", ec="white"))
             ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7.5)
     ax.set_xlim(0, len(Ps))
@@ -122,11 +125,11 @@ def figure(rows: list[dict], path: Path) -> None:
     ax.tick_params(length=0)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title("First to the target (the baseline's final validation accuracy less the grid's points) and its "
-                 "speed-up\n"
-                 "over the baseline; green: faster (95 % t interval of the per-seed differences below 0), "
-                 "grey: none, a tie or one seed", fontsize=9)
+    ax.set_title(f"First method to the target ({baseline}'s final validation accuracy less {points:g} points)\n"
+                 f"and its speed-up over {baseline}. Green: faster (95 % t interval of the paired per-seed\n"
+                 "differences below 0); grey: none, a tie (no difference shown) or one seed", fontsize=9)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         atomic_savefig(fig, path, dpi=120)
     finally:
@@ -151,14 +154,28 @@ def main(argv=None) -> int:
         stem = args.grid.stem
         report = json.loads((Path(tmp) / f"{stem}.json").read_text())
         (out / "report").mkdir(parents=True, exist_ok=True)
+        grid_path = args.grid.resolve()
+        shown = str(grid_path.relative_to(ROOT)) if grid_path.is_relative_to(ROOT) else str(grid_path)
         for f in Path(tmp).glob(f"{stem}*"):
-            shutil.copy2(f, out / "report" / f.name)
+            if f.suffix in (".md", ".json"):  # the grid's path as the repository names it: the same on every clone
+                (out / "report" / f.name).write_text(f.read_text().replace(str(grid_path), shown))
+            elif "-tta-" in f.name:  # validation accuracy against projected time, per network (issue 52, item 3)
+                shutil.copy2(f, out / "report" / f.name)
     rows = winners(report["time_to_accuracy"], BASELINE)
+    import tomllib
+    grid = tomllib.loads(args.grid.read_text())
+    counts = []
+    for P in sorted({r["P"] for r in rows}):
+        found = [json.loads(f.read_text()) for f in sorted(args.raw.glob(f"P{P}-virtual/*/*/seed*/summary.json"))]
+        failed = sum(not s.get("steps") for s in found)
+        counts.append(f"P = {P}: {len(found)} of {len(grid['algos']) * len(grid['seeds'])} runs"
+                      + (f" ({failed} diverged or failed)" if failed else ""))
     text = ("# Time to accuracy: the first method to the target, per network, phi and P\n\n"
-            + table(rows, BASELINE))
+            f"Rebuilt by `python scripts/time_to_accuracy_map.py` from the committed raw runs "
+            f"({'; '.join(counts)}); the rule is in the script's docstring.\n\n" + table(rows, BASELINE))
     (out / "map.md").write_text(text)
     (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
-    figure(rows, args.figure)
+    figure(rows, args.figure, BASELINE, float(grid.get("target_below_baseline", 0.0)))
     print(text, end="")
     return 0
 

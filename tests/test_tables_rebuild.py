@@ -8,7 +8,9 @@ accuracy-vs-P.md (study 1 at 16-128 ranks, superseded, from its per-run record) 
 docs/bench/scale/screen-43/adaptive-local-lambda/table.md (the correction weight a learning rule
 settles on in the stability map's runs, docs/accuracy.md section 11.4, from their per-step traces)
 and docs/bench/scale/screen-43/correction05-verdict/verdict.md (issue 43's candidate against sync on
-fresh seeds, section 11.8).
+fresh seeds, section 11.8), docs/bench/time-to-accuracy/time-axis/time-axis.md (issue 52's check of the
+time axis) and docs/bench/time-to-accuracy/map.md with the study report beside it (issue 52's map: the
+first method to the target per network, phi and P).
 Each script's ``--check`` rebuilds in memory and compares with the committed files: the first three
 read a few hundred small JSON files in well under a second, the last about 60 traces and solves the
 staleness model's stability for each learnt weight (about a second)."""
@@ -41,18 +43,21 @@ TABLE_SCRIPTS = {
                               "docs/bench/scale/screen-43/adaptive-local-lambda/table.json"],
     "verdict_43": ["docs/bench/scale/screen-43/correction05-verdict/verdict.md"],
     "time_axis_check": ["docs/bench/time-to-accuracy/time-axis/time-axis.md"],
+    "time_to_accuracy_map": ["docs/bench/time-to-accuracy/map.md", "docs/bench/time-to-accuracy/map.json",
+                             "docs/bench/time-to-accuracy/report/study-time-to-accuracy.md",
+                             "docs/bench/time-to-accuracy/report/study-time-to-accuracy.json"],
 }
 
 
 @pytest.fixture(scope="module")
 def clean_checkout(tmp_path_factory):
-    """The files git tracks under scripts/ and docs/bench/, copied alone into a fresh folder: what a
-    clean clone holds there. A run folder that exists here but is untracked or ignored (the way
-    issue 25's raw runs were lost) is absent from the copy."""
+    """The files git tracks under scripts/, docs/bench/ and configs/ (a study's grid), copied alone
+    into a fresh folder: what a clean clone holds there. A run folder that exists here but is
+    untracked or ignored (the way issue 25's raw runs were lost) is absent from the copy."""
     import subprocess
     root = tmp_path_factory.mktemp("clean")
-    names = subprocess.run(["git", "ls-files", "-z", "--", "scripts", "docs/bench"], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    names = subprocess.run(["git", "ls-files", "-z", "--", "scripts", "docs/bench", "configs"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
     for name in filter(None, names):
         if (ROOT / name).is_file():  # a tracked file deleted in the work tree is not copied
             (root / name).parent.mkdir(parents=True, exist_ok=True)

@@ -489,6 +489,20 @@ def _r102():
     return [ratios]
 
 
+def _r103():
+    def with_numpy(curve, t, target):          # arrays and argmax of the mask; a plain float back
+        c = np.asarray(list(curve), dtype=float).reshape(-1, 2)
+        hit = c[:, 1] >= target
+        return float(c[np.argmax(hit), 0] * t) if hit.any() else None
+
+    def by_index(curve, t, target):            # indices instead of unpacking
+        for i in range(len(curve)):
+            if not curve[i][1] < target:
+                return curve[i][0] * t
+        return None
+    return [with_numpy, by_index]
+
+
 def _r111():
     def tile(row, P):
         return np.tile(row, (P, 1))
@@ -587,6 +601,6 @@ def _r131():
 RIGHT = {
     "1.1": _r11, "1.2": _r12, "2.1": _r21, "2.2": _r22, "3.1": _r31, "3.2": _r32, "4.1": _r41, "4.2": _r42,
     "5.1": _r51, "5.2": _r52, "6.1": _r61, "6.2": _r62, "7.1": _r71, "7.2": _r72, "8.1": _r81, "8.2": _r82,
-    "9.1": _r91, "9.2": _r92, "10.1": _r101, "10.2": _r102, "11.1": _r111, "11.2": _r112, "12.1": _r121,
+    "9.1": _r91, "9.2": _r92, "10.1": _r101, "10.2": _r102, "10.3": _r103, "11.1": _r111, "11.2": _r112, "12.1": _r121,
     "12.2": _r122, "13.1": _r131,
 }

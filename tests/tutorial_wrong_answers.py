@@ -523,6 +523,26 @@ def _w102():
     return [inverted, pseudo_is_free]
 
 
+def _w103():
+    def strictly_above(curve, t, target):      # > instead of >=: an evaluation at the target misses it
+        return next((step * t for step, a in curve if a > target), None)
+
+    def the_step(curve, t, target):            # the step, not its seconds
+        return next((step for step, a in curve if a >= target), None)
+
+    def last_crossing(curve, t, target):       # the last evaluation above, not the first
+        hits = [step * t for step, a in curve if a >= target]
+        return hits[-1] if hits else None
+
+    def infinity_when_missed(curve, t, target):
+        return next((step * t for step, a in curve if a >= target), float("inf"))
+
+    def sorts_the_curve(curve, t, target):     # sorts the caller's list by accuracy
+        curve.sort(key=lambda p: p[1])
+        return next((step * t for step, a in curve if a >= target), None)
+    return [strictly_above, the_step, last_crossing, infinity_when_missed, sorts_the_curve]
+
+
 def _w91():
     from minips.data.moving_fmnist import VOCAB
 
@@ -883,7 +903,7 @@ WRONG = {
     "7.1": _w71, "7.2": _w72,
     "8.1": _w81, "8.2": _w82,
     "9.1": _w91, "9.2": _w92,
-    "10.1": _w101, "10.2": _w102,
+    "10.1": _w101, "10.2": _w102, "10.3": _w103,
     "11.1": _w111, "11.2": _w112,
     "12.1": _w121, "12.2": _w122,
     "13.1": _w131,

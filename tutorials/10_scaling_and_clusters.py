@@ -323,7 +323,127 @@ for algo, s in runs.items():
 # pseudo-sync hides that allreduce behind the next step's compute. Whether it also keeps
 # sync's accuracy at 64 ranks takes more epochs and seeds than this cell:
 # `python -m minips compare --virtual-ranks 64 ...` and `bench study --virtual-ranks 64` run
-# such comparisons for any algorithms.
+# such comparisons for any algorithms. The next section reads one such study.
+#
+# ## 6. Time to accuracy: predict the winner, then look
+#
+# Speed per step decides nothing alone. A method that steps faster but learns less per step
+# (a compressor drops part of the gradient, pseudo-sync steps with a gradient one step old)
+# can reach an accuracy later than sync. What a user wants is the **time to accuracy**.
+#
+# minips's committed time-to-accuracy study (`docs/bench/time-to-accuracy/`, its grid
+# `configs/study-time-to-accuracy.toml`, its reading in `docs/outputs.md`, "Time to
+# accuracy") trained eight methods once each: the ConvNet on full Fashion-MNIST at 16 and 64
+# virtual ranks, 3 seeds, evaluated on validation every 13 steps. It used one learning-rate
+# schedule for every method (constant after a warm-up). The accuracy after k steps does
+# not depend on the network, only the time does. So each run's curve is put on each
+# network's time axis: its evaluation at step k sits at k x the cost model's step time for
+# that method, P and network, computed from the compute the run measured. The **target**
+# is sync's final validation accuracy (mean over its seeds) less 0.5 points. Nothing is
+# trained here; the cells read the committed runs.
+#
+# Choose a cell of the study: a network, a P, and the model's compute interference phi
+# (0: communication overlapped with compute is free; 1: the overlapped part costs compute
+# time, as when the CPU drives the network).
+
+# %%
+import tomllib
+
+from minips.report import projected_step_time
+
+MY_NETWORK, MY_P, MY_PHI = "1gbe", 64, 0.0   # choose: "1gbe", "10gbe" or "ib-edr"; 16 or 64; 0.0 or 1.0
+
+STUDY = ROOT / "docs" / "bench" / "time-to-accuracy"
+GRID = tomllib.loads((ROOT / "configs" / "study-time-to-accuracy.toml").read_text())
+BASELINE = "sync"
+
+
+def load_study(P):
+    """{method: [summary.json of each seed]} of the committed runs at P; a seed that failed (diverged)
+    keeps its short summary, {"status": "diverged", ...}."""
+    by_folder = {a.replace(":", "-"): a for a in GRID["algos"]}    # the runs' folders name the methods so
+    study = {}
+    for f in sorted((STUDY / "runs" / f"P{P}-virtual" / "fixed").glob("*/seed*/summary.json")):
+        study.setdefault(by_folder[f.parent.parent.name], []).append(json.loads(f.read_text()))
+    return study
+
+
+def step_times(study, network, phi):
+    """The cost model's seconds per step of each method (mean over its seeds' measured compute)."""
+    return {m: float(np.mean([projected_step_time(s, network, phi) for s in ss if s.get("steps")]))
+            for m, ss in study.items() if any(s.get("steps") for s in ss)}
+
+
+study = load_study(MY_P)
+per_step = step_times(study, MY_NETWORK, MY_PHI)
+print(f"P = {MY_P}, {MY_NETWORK}, phi = {MY_PHI:g}: the cost model's step time per method")
+for m, t in sorted(per_step.items(), key=lambda kv: kv[1]):
+    print(f"  {m:24s} {1e3 * t:7.2f} ms")
+guess = min(per_step, key=per_step.get)
+print(f"fastest per step: {guess}. Is it first to the target? Write down your guess before going on.")
+
+# %% [markdown]
+# ## Exercise 10.3: time to the target
+#
+# Write `time_to_target(curve, step_time_s, target)`: `curve` is a list of `(step,
+# accuracy)` evaluations in the order they were made, `step_time_s` the projected seconds
+# per step. Return the seconds (`step x step_time_s`) of the **first** evaluation at or
+# above `target`, or `None` if no evaluation reaches it. (A curve is noisy: a run that
+# reaches the target and then drops below it has still reached it.)
+
+# %%
+def time_to_target(curve, step_time_s, target):
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+# %%
+time_to_target = exercise("10.3", time_to_target)
+
+
+def predict(study, network, phi):
+    """The study's rule: each seed's time to the target; a method is a candidate only when every one of
+    its seeds (a diverged seed included) reached it; the first is the candidate with the least mean time.
+    Returns (that method, or None when it is the baseline or no method reached it, {method: mean s})."""
+    finals = [s["val_accuracy"] for s in study[BASELINE] if s.get("steps")]
+    target = float(np.mean(finals)) - GRID["target_below_baseline"] / 100
+    times = {}
+    for m, t in step_times(study, network, phi).items():
+        seeds = [time_to_target([(p["step"], p["val_accuracy"]) for p in s.get("curve") or []], t, target)
+                 for s in study[m]]
+        if all(x is not None for x in seeds):
+            times[m] = float(np.mean(seeds))
+    first = min(times, key=lambda m: (times[m], m != BASELINE)) if times else None   # a tie with sync: no win
+    return (None if first == BASELINE else first), times
+
+
+mine, times = predict(study, MY_NETWORK, MY_PHI)
+for m in study:
+    print(f"  {m:24s} " + (f"{times[m]:7.2f} s to the target" if m in times else "   not reached on every seed"))
+print(f"your prediction for P = {MY_P}, {MY_NETWORK}, phi = {MY_PHI:g}: "
+      + (f"{mine} first" if mine else f"no method before {BASELINE}"))
+
+# %% [markdown]
+# Now look: the study's map (`scripts/time_to_accuracy_map.py` draws it from the committed
+# runs), one square per network, phi and P.
+
+# %%
+show_png(ROOT / "docs" / "figures" / "time-to-accuracy-map.png")
+rows = json.loads((STUDY / "map.json").read_text())
+row = next(r for r in rows if (r["network"], r["phi"], r["P"]) == (MY_NETWORK, MY_PHI, MY_P))
+print(f"the map: {row['winner'] or 'none'} ({row['verdict']}); you predicted {mine or 'none'}; "
+      f"the fastest step was {guess}")
+agree = sum(predict(load_study(r["P"]), r["network"], r["phi"])[0] == r["winner"] for r in rows)
+print(f"your time_to_target with the study's rule names the map's first method in {agree} of {len(rows)} cells")
+assert agree == len(rows), "the rule above should give the map's first method in every cell"
+
+# %% [markdown]
+# Where the fastest step is not first to the target, the accuracy per step decided. The map
+# also says what the prediction cannot: whether the win is larger than the noise. Its
+# verdict pairs the winner's seeds with sync's (the 95 % interval of the per-seed
+# differences): **faster** when the whole interval is below zero; **no difference shown**
+# when it holds zero, a tie the seeds cannot break. Try another network and P above; then
+# read `docs/choosing.md`, which turns the map into advice.
 #
 # ## What you saw
 #
@@ -336,6 +456,9 @@ for algo, s in runs.items():
 # - On a laptop, virtual ranks train 64 ranks in one process with the same algorithm code
 #   as `mpiexec -n 64` (the tests find them equal to `mpiexec` at P = 2, 4 and 8); their
 #   times are projected, not measured.
+# - Time to accuracy: a run's curve on each network's time axis; the fastest step is not
+#   always first to the target, and the map says which method is, and whether by more than
+#   the noise.
 #
 # That is the end of the course. Where to go from here: `docs/distributed.md` (every
 # algorithm next to its code), `docs/kernels.md`, and the algorithms you can add to

@@ -1242,6 +1242,32 @@ def check_weak_scaling_efficiency(weak_scaling_efficiency):
                 "Hint: efficiency = t_c / (model step time at P); sync: t_c + T, pseudo-sync: max(t_c, T).")
 
 
+@register("10.3", S10, "time_to_target", "the study's time_to_accuracy cells read each seed's curve this way "
+          "(minips/bench/study/timeaxis.py).")
+def check_time_to_target(time_to_target):
+    curve = [(13, 0.50), (26, 0.70), (39, 0.69), (52, 0.80)]
+    for target, want, why in ((0.70, 26 * 0.02, "an evaluation AT the target reaches it (>=)"),
+                              (0.75, 52 * 0.02, "the first evaluation at or above the target"),
+                              (0.695, 26 * 0.02, "the FIRST crossing counts, even if the curve drops below again"),
+                              (0.40, 13 * 0.02, "the first evaluation may already be above the target"),
+                              (0.90, None, "never reached: return None (not 0, not infinity)")):
+        before = list(curve)
+        got = time_to_target(curve, 0.02, target)
+        assert curve == before, "time_to_target changed the caller's curve; read it, do not sort or edit it"
+        if want is None:
+            assert got is None, f"time_to_target({curve}, 0.02, {target}) = {_plain(got)}, expected None: {why}"
+            continue
+        assert got is not None, f"time_to_target({curve}, 0.02, {target}) returned None, expected {want:.4g} s: {why}"
+        _number(got, f"time_to_target(curve, 0.02, {target})")
+        assert abs(float(got) - want) < 1e-9, (
+            f"time_to_target({curve}, 0.02, {target}) = {_plain(got)}, expected {want:.4g} s ({why}). Hint: "
+            "seconds = step x step_time_s, not the step itself nor the index of the evaluation.")
+    assert time_to_target([], 0.02, 0.5) is None, "an empty curve (a diverged run) never reaches the target: None"
+    got = time_to_target([(10, 0.3), (20, 0.9)], 0.5, 0.8)
+    assert got is not None and abs(float(got) - 10.0) < 1e-9, (
+        f"time_to_target([(10, 0.3), (20, 0.9)], 0.5, 0.8) = {_plain(got)}, expected 10 s (step 20 x 0.5 s)")
+
+
 # =============================================================================
 # Step 11: local SGD
 # =============================================================================

@@ -19,3 +19,11 @@ def weak_scaling_efficiency(t_compute, nbytes, P, alpha, beta, algo):
     T = ring_allreduce_time(nbytes, P, alpha, beta)
     step = t_compute + T if algo == "sync" else max(t_compute, T)
     return t_compute / step
+
+
+# Exercise 10.3
+def time_to_target(curve, step_time_s, target):
+    for step, accuracy in curve:
+        if accuracy >= target:
+            return step * step_time_s
+    return None
