@@ -1,7 +1,7 @@
 """Issue 52, item 6: which method reaches the target first, per network, compute interference phi
 and P, and by how much; "none" where no method beats the baseline (sync).
 
-    python scripts/time_to_accuracy_map.py [--raw RAW] [--grid GRID] [--out DIR] [--figure PNG]
+    python scripts/time_to_accuracy_map.py [--raw RAW] [--grid GRID] [--out DIR] [--figure PNG] [--no-figures]
 
 Reads only the committed raw runs (``RAW``, default ``docs/bench/time-to-accuracy/runs``): they are
 copied into a temporary study folder and ``bench study GRID --report-only`` (default grid
@@ -142,13 +142,17 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", type=Path, default=GRID)
     ap.add_argument("--out", type=Path, default=None, help="default: the folder above --raw")
     ap.add_argument("--figure", type=Path, default=FIGURE)
+    ap.add_argument("--no-figures", dest="figures", action="store_false",
+                    help="tables and JSON only: neither the map's figure nor the study report's (what the "
+                         "test that rebuilds the tables runs)")
     args = ap.parse_args(argv)
     from minips.cli import main as cli
     from minips.distributed.algorithms import BASELINE
     out = args.out or args.raw.parent
     with tempfile.TemporaryDirectory(prefix="tta-map-") as tmp:
         shutil.copytree(args.raw, Path(tmp) / "runs")
-        code = cli(["bench", "study", str(args.grid), "--out", tmp, "--report-only"])
+        code = cli(["bench", "study", str(args.grid), "--out", tmp, "--report-only",
+                    *([] if args.figures else ["--no-figures"])])
         if code:
             return code
         stem = args.grid.stem
@@ -175,7 +179,8 @@ def main(argv=None) -> int:
             f"({'; '.join(counts)}); the rule is in the script's docstring.\n\n" + table(rows, BASELINE))
     (out / "map.md").write_text(text)
     (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
-    figure(rows, args.figure, BASELINE, float(grid.get("target_below_baseline", 0.0)))
+    if args.figures:
+        figure(rows, args.figure, BASELINE, float(grid.get("target_below_baseline", 0.0)))
     print(text, end="")
     return 0
 

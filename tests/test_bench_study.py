@@ -248,6 +248,11 @@ def test_study_smoke_resumes_and_records_divergence(tmp_path):
     assert (out / "grid-base.png").exists() and "sync" in (out / "grid.md").read_text()
     r = run_cli(args + ["--lr", "base"], timeout=60)       # everything done: nothing reruns
     assert r.returncode == 0 and "/2 P=" not in r.stdout
+    for f in [*out.glob("*.png"), out / "grid.md"]:
+        f.unlink()
+    r = run_cli(["bench", "study", str(grid), "--out", str(out), "--report-only", "--no-figures"], timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "sync" in (out / "grid.md").read_text() and not list(out.glob("*.png"))  # the report, no figure
     r = run_cli(args + ["--lr", "huge", "--algos", "sync"], timeout=240)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "diverged" in r.stdout

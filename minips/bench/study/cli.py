@@ -167,9 +167,10 @@ def _run(args, grid, root: Path, specs: list[RunSpec], mpiexec) -> int:
                                                          "contrasts": contrasts(grid, records),
                                                          "time_to_accuracy": tcells}, indent=2) + "\n",
                       root / f"{stem}.md": report + "\n"})
-    plot_study(grid, records, root, args.title or stem, stem)
-    plot_families(grid, records, root, stem, cells)
-    plot_time_to_accuracy(grid, records, tcells, root, stem)
+    if args.figures:
+        plot_study(grid, records, root, args.title or stem, stem)
+        plot_families(grid, records, root, stem, cells)
+        plot_time_to_accuracy(grid, records, tcells, root, stem)
     print("\n" + report)
     return 0
 
@@ -187,6 +188,8 @@ def add_arguments(p):
     p.add_argument("--title", help="title of the report")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--report-only", action="store_true", help="aggregate the finished runs, run nothing")
+    p.add_argument("--no-figures", dest="figures", action="store_false",
+                   help="write the report and its JSON without drawing the figures")
     p.add_argument("--within", type=finite_float, metavar="POINTS",
                    help="target: within POINTS of the baseline (accuracy points, 0.5 = 0.005; BLEU points); the "
                         "report says met / missed / unresolved per cell (overrides the grid's within_points)")
