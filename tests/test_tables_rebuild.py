@@ -75,7 +75,8 @@ def test_every_table_rebuilds_unchanged_from_the_committed_runs(name, clean_chec
     copy = tmp_path / "clean"
     shutil.copytree(clean_checkout, copy)
     r = subprocess.run([sys.executable, str(copy / "scripts" / f"{name}.py"), *SCRIPT_ARGS.get(name, [])], cwd=copy,
-                       capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "MPLBACKEND": "Agg"})
+                       capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "MPLBACKEND": "Agg"})
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
     for table in TABLE_SCRIPTS[name]:
         assert (copy / table).read_text() == (ROOT / table).read_text(), \
