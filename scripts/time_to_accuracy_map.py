@@ -16,10 +16,18 @@ the target (a seed that never does counts against it: its time is not known); th
 candidate with the least mean time to target. Against the baseline it is paired by seed (the 95 %
 t interval of the per-seed differences of time to target, :mod:`minips.stats`): **faster** when
 the interval lies below 0, **no difference shown** when it holds 0 (a tie: the seeds cannot tell
-the two apart), and with one seed no interval (reported, not judged). "none": the baseline itself
+the two apart), **within one evaluation** when the difference is smaller than one evaluation
+interval of the curves (``eval-every`` steps x the larger step time: each seed's time is that of
+its first evaluation at or above the target, so the true crossing can lie up to one interval
+earlier; seeds that agree to the step give a zero-width interval however small the difference),
+and with one seed no interval (reported, not judged). "none": the baseline itself
 is fastest, or no other method reached the target on every seed. When the baseline missed the
 target on a seed (the target is its mean final accuracy less the points), the fastest method is
 named with the verdict "BASELINE k/n reached" and no pairing.
+
+The grid's ``contrasts`` ("A - B") add a table each to ``map.md`` (and ``contrasts.json``): per
+cell both entries' seconds to the target and their difference paired by seed (:func:`contrast_rows`),
+the question of issue 52 being pseudo-sync against DDP-style overlap (``overlap-sync``) as well as sync.
 """
 from __future__ import annotations
 
@@ -42,12 +50,25 @@ def _all_reached(c: dict) -> bool:
     return c["n"] > 0 and c["reached"] == c["n"] and c["time_to_target"] is not None
 
 
-def winners(cells: list[dict], baseline: str) -> list[dict]:
+def _unresolved(ca: dict, cb: dict, diff: float, eval_every: int | None) -> bool:
+    """Whether a paired difference of times to the target is smaller than the curves can resolve:
+    a seed's time is that of its first evaluation at or above the target, so its true crossing lies
+    up to one evaluation interval (``eval_every`` steps x the cell's step time) earlier, and two
+    entries' times differ by up to the larger interval for that reason alone. Seeds that agree to
+    the step give a zero-width t interval however small the difference; this keeps such a
+    difference from being called a win."""
+    if not eval_every or ca.get("step_time_s") is None or cb.get("step_time_s") is None:
+        return False
+    return abs(diff) < eval_every * max(ca["step_time_s"], cb["step_time_s"])
+
+
+def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> list[dict]:
     """One row per (lr, network, phi, P) of the study's ``time_to_accuracy`` cells: ``winner``
     (a label, or None: "none"), its mean seconds to the target and the baseline's, ``speedup``
     (baseline's mean time over the winner's), ``diff`` (winner minus baseline, paired by seed:
     ``mean``, ``ci`` half-width or None with one seed) and ``verdict`` (faster / no difference
-    shown / one seed / none)."""
+    shown / within one evaluation (:func:`_unresolved`, with ``eval_every`` the curves' steps between
+    evaluations) / one seed / none)."""
     from minips.stats import t_interval
     keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))  # the study's order
     rows = []
@@ -71,12 +92,69 @@ def winners(cells: list[dict], baseline: str) -> list[dict]:
         a, b = best["time_to_target_by_seed"], base["time_to_target_by_seed"]
         iv = t_interval([a[s] - b[s] for s in sorted(set(a) & set(b), key=int)])
         mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
-        verdict = "one seed" if half is None else ("faster" if mean + half < 0 else "no difference shown")
+        verdict = ("one seed" if half is None else "within one evaluation" if _unresolved(best, base, mean, eval_every)
+                   else "faster" if mean + half < 0 else "no difference shown")
         row.update(winner=best["label"], time_s=best["time_to_target"]["mean"],
                    speedup=base["time_to_target"]["mean"] / best["time_to_target"]["mean"],
                    diff={"mean": mean, "ci": half}, verdict=verdict)
         rows.append(row)
     return rows
+
+
+def contrast_rows(cells: list[dict], a: str, b: str, eval_every: int | None = None) -> list[dict]:
+    """One row per (lr, network, phi, P) holding both entries: each one's mean seconds to the target
+    (``a_s``, ``b_s``: None unless every seed reached it) and ``a_reached`` / ``b_reached`` (k/n), the
+    paired difference ``diff`` (a minus b over the seeds both reached: ``mean``, ``ci`` half-width or
+    None with one seed) and ``verdict``: "A first" / "B first" (the interval excludes 0), "no
+    difference shown" (it holds 0), "within one evaluation" (:func:`_unresolved`), "one seed", or
+    "A k/n reached" (an entry that missed the target on a seed: its time is not known, nothing is
+    paired)."""
+    from minips.stats import t_interval
+    keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))
+    rows = []
+    for lr, net, phi, P in keys:
+        ca, cb = (next((c for c in cells if (c["lr"], c["network"], c["phi"], c["P"], c["label"])
+                        == (lr, net, phi, P, x)), None) for x in (a, b))
+        if ca is None or cb is None:
+            continue
+        row = {"lr": lr, "network": net, "phi": phi, "P": P, "a": a, "b": b,
+               "a_s": ca["time_to_target"]["mean"] if _all_reached(ca) else None,
+               "b_s": cb["time_to_target"]["mean"] if _all_reached(cb) else None,
+               "a_reached": f"{ca['reached']}/{ca['n']}", "b_reached": f"{cb['reached']}/{cb['n']}",
+               "diff": None}
+        missed = [(x, c) for x, c in ((a, ca), (b, cb)) if not _all_reached(c)]
+        if missed:
+            row["verdict"] = "; ".join(f"{x} {c['reached']}/{c['n']} reached" for x, c in missed)
+        else:
+            ta, tb = ca["time_to_target_by_seed"], cb["time_to_target_by_seed"]
+            iv = t_interval([ta[k] - tb[k] for k in sorted(set(ta) & set(tb), key=int)])
+            half = iv.half_width if iv.has_ci else None
+            row["diff"] = {"mean": iv.mean, "ci": half}
+            row["verdict"] = ("one seed" if half is None else
+                              "within one evaluation" if _unresolved(ca, cb, iv.mean, eval_every) else
+                              f"{a} first" if iv.mean + half < 0 else
+                              f"{b} first" if iv.mean - half > 0 else "no difference shown")
+        rows.append(row)
+    return rows
+
+
+def contrast_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    a, b = rows[0]["a"], rows[0]["b"]
+    lines = [f"## {a} against {b}: seconds to the target", "",
+             f"| lr | network | phi | P | {a}'s s (reached) | {b}'s s (reached) | {a} minus {b}, s (95 % t, "
+             "paired by seed) | verdict |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        def s(x, k):
+            return (f"{x:.3g}" if x is not None else "-") + f" ({k})"
+        d = r["diff"]
+        diff = "-" if d is None else f"{d['mean']:+.3g}" + (
+            f" [{d['mean'] - d['ci']:+.3g}, {d['mean'] + d['ci']:+.3g}]" if d["ci"] is not None else "")
+        lines.append(f"| {r['lr']} | {r['network']} | {r['phi']:g} | {r['P']} | {s(r['a_s'], r['a_reached'])} | "
+                     f"{s(r['b_s'], r['b_reached'])} | {diff} | {r['verdict']} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(rows: list[dict], baseline: str) -> str:
@@ -127,7 +205,8 @@ def figure(rows: list[dict], path: Path, baseline: str, points: float) -> None:
         ax.spines[side].set_visible(False)
     ax.set_title(f"First method to the target ({baseline}'s final validation accuracy less {points:g} points)\n"
                  f"and its speed-up over {baseline}. Green: faster (95 % t interval of the paired per-seed\n"
-                 "differences below 0); grey: none, a tie (no difference shown) or one seed", fontsize=9)
+                 "differences below 0); grey: none, a tie (no difference shown or within one evaluation)\n"
+                 "or one seed", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -165,7 +244,8 @@ def main(argv=None) -> int:
                 (out / "report" / f.name).write_text(f.read_text().replace(str(grid_path), shown))
             elif "-tta-" in f.name:  # validation accuracy against projected time, per network (issue 52, item 3)
                 shutil.copy2(f, out / "report" / f.name)
-    rows = winners(report["time_to_accuracy"], BASELINE)
+    eval_every = (report["grid"].get("train") or {}).get("eval-every")
+    rows = winners(report["time_to_accuracy"], BASELINE, eval_every)
     import tomllib
     grid = tomllib.loads(args.grid.read_text())
     counts = []
@@ -177,8 +257,13 @@ def main(argv=None) -> int:
     text = ("# Time to accuracy: the first method to the target, per network, phi and P\n\n"
             f"Rebuilt by `python scripts/time_to_accuracy_map.py` from the committed raw runs "
             f"({'; '.join(counts)}); the rule is in the script's docstring.\n\n" + table(rows, BASELINE))
+    pairs = [contrast_rows(report["time_to_accuracy"], a, b, eval_every)
+             for a, b in report["grid"].get("contrasts") or []]
+    for crows in pairs:
+        text += "\n" + contrast_table(crows)
     (out / "map.md").write_text(text)
     (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "contrasts.json").write_text(json.dumps(pairs, indent=1) + "\n")
     if args.figures:
         figure(rows, args.figure, BASELINE, float(grid.get("target_below_baseline", 0.0)))
     print(text, end="")

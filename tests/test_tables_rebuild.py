@@ -44,6 +44,7 @@ TABLE_SCRIPTS = {
     "verdict_43": ["docs/bench/scale/screen-43/correction05-verdict/verdict.md"],
     "time_axis_check": ["docs/bench/time-to-accuracy/time-axis/time-axis.md"],
     "time_to_accuracy_map": ["docs/bench/time-to-accuracy/map.md", "docs/bench/time-to-accuracy/map.json",
+                             "docs/bench/time-to-accuracy/contrasts.json",
                              "docs/bench/time-to-accuracy/report/study-time-to-accuracy.md",
                              "docs/bench/time-to-accuracy/report/study-time-to-accuracy.json"],
 }

@@ -184,6 +184,36 @@ def test_the_map_names_the_first_method_to_the_target_paired_by_seed_with_sync()
     assert r["winner"] == "A" and r["verdict"] == "sync 2/3 reached" and r["diff"] is None and r["speedup"] is None
 
 
+def test_the_maps_contrasts_pair_two_methods_and_a_gap_under_one_evaluation_is_no_win():
+    """The map's contrast tables (grid key contrasts, "A - B"): per cell both methods' times to the
+    target and their difference paired by seed; a method that missed the target on a seed is named,
+    not paired; and a difference smaller than one evaluation interval (eval_every steps x the larger
+    step time) is "within one evaluation", in the contrasts and in the map's own verdict alike."""
+    m = _map_script()
+
+    def cell(label, by_seed, step_time_s=0.01):
+        return {**_tcell(label, by_seed), "step_time_s": step_time_s}
+    a, b = cell("A", {"0": 5.0, "1": 6.0, "2": 7.0}), cell("B", {"0": 10.0, "1": 11.0, "2": 12.0})
+    (r,) = m.contrast_rows([a, b], "A", "B", eval_every=13)
+    assert r["verdict"] == "A first" and r["diff"]["mean"] == -5.0 and (r["a_s"], r["b_s"]) == (6.0, 11.0)
+    assert "| fixed | 1gbe | 0 | 16 | 6 (3/3) | 11 (3/3) | -5 [-5, -5] | A first |" in m.contrast_table([r])
+    (r,) = m.contrast_rows([a, b], "B", "A", eval_every=13)
+    assert r["verdict"] == "A first" and r["diff"]["mean"] == 5.0
+    # the same 5 s, but an evaluation every 13 steps of 0.5 s (6.5 s): the curves cannot resolve it
+    (r,) = m.contrast_rows([a, cell("B", b["time_to_target_by_seed"], 0.5)], "A", "B", eval_every=13)
+    assert r["verdict"] == "within one evaluation"
+    (r,) = m.contrast_rows([cell("C", {"0": 9.0, "1": 12.0, "2": 10.5}), b], "C", "B", eval_every=13)
+    assert r["verdict"] == "no difference shown"
+    (r,) = m.contrast_rows([cell("D", {"0": 1.0}), b], "D", "B", eval_every=13)
+    assert r["verdict"] == "D 1/3 reached" and r["diff"] is None and r["a_s"] is None and r["a_reached"] == "1/3"
+    assert m.contrast_rows([a], "A", "B") == []  # B has no cell there: no row
+    (r,) = m.winners([cell("sync", b["time_to_target_by_seed"], 0.5), cell("A", a["time_to_target_by_seed"], 0.5)],
+                     "sync", eval_every=13)
+    assert r["winner"] == "A" and r["verdict"] == "within one evaluation"
+    (r,) = m.winners([cell("sync", b["time_to_target_by_seed"]), a], "sync", eval_every=13)
+    assert r["verdict"] == "faster"
+
+
 def test_a_seed_timed_over_a_few_steps_does_not_set_its_cells_step_time():
     """A run resumed near its end measured its compute over its last process's few steps (the first
     loading kernels): below MIN_PROFILE_STEPS it is left out of the cell's mean step time, which the
