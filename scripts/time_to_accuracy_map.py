@@ -12,16 +12,18 @@ tables, JSON and its curves of validation accuracy against projected time, one f
 and the figure (``--figure``; by default ``time-to-accuracy-map.png`` in ``docs/figures/``).
 
 The rule (:func:`winners`): a method is a candidate in a cell when every one of its seeds reached
-the target (a seed that never does counts against it: its time is not known); the winner is the
-candidate with the least mean time to target. Against the baseline it is paired by seed (the 95 %
-t interval of the per-seed differences of time to target, :mod:`minips.stats`): **faster** when
+the target (a seed that never does counts against it: its time is not known); each is paired
+with the baseline by seed (the seeds both ran: a partial study compares like with like), and the
+winner is the candidate whose time to target is most below the baseline's on average over those
+seeds (none below: "none"). Its verdict, from the 95 % t interval of the per-seed differences
+(:mod:`minips.stats`): **faster** when
 the interval lies below 0, **no difference shown** when it holds 0 (a tie: the seeds cannot tell
 the two apart), **within one evaluation** when the difference is smaller than one evaluation
 interval of the curves (``eval-every`` steps x the larger step time: each seed's time is that of
 its first evaluation at or above the target, so the true crossing can lie up to one interval
 earlier; seeds that agree to the step give a zero-width interval however small the difference),
-and with one seed no interval (reported, not judged). "none": the baseline itself
-is fastest, or no other method reached the target on every seed. When the baseline missed the
+and with one seed no interval (reported, not judged). "none": no method's paired mean is
+below the baseline's, or no other method reached the target on every seed. When the baseline missed the
 target on a seed (the target is its mean final accuracy less the points), the fastest method is
 named with the verdict "BASELINE k/n reached" and no pairing.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -62,40 +65,58 @@ def _unresolved(ca: dict, cb: dict, diff: float, eval_every: int | None) -> bool
     return abs(diff) < eval_every * max(ca["step_time_s"], cb["step_time_s"])
 
 
+def _paired(ca: dict, cb: dict) -> list[str]:
+    """The seeds both cells reached the target on, in seed order."""
+    return sorted(set(ca["time_to_target_by_seed"]) & set(cb["time_to_target_by_seed"]), key=int)
+
+
 def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> list[dict]:
     """One row per (lr, network, phi, P) of the study's ``time_to_accuracy`` cells: ``winner``
-    (a label, or None: "none"), its mean seconds to the target and the baseline's, ``speedup``
-    (baseline's mean time over the winner's), ``diff`` (winner minus baseline, paired by seed:
-    ``mean``, ``ci`` half-width or None with one seed) and ``verdict`` (faster / no difference
-    shown / within one evaluation (:func:`_unresolved`, with ``eval_every`` the curves' steps between
-    evaluations) / one seed / none)."""
+    (a label, or None: "none"), ``time_s`` and ``baseline_s`` (its and the baseline's mean seconds
+    to the target over the seeds both ran), ``speedup`` (their ratio), ``diff`` (winner minus
+    baseline, paired by seed: ``mean``, ``ci`` half-width or None with one seed) and ``verdict``
+    (faster / no difference shown / within one evaluation (:func:`_unresolved`, with
+    ``eval_every`` the curves' steps between evaluations) / one seed / none). The winner is the
+    candidate with the most negative mean paired difference from the baseline (a method and the
+    baseline compared on the same seeds, also while a study is partial), the study's order
+    breaking ties; none when no candidate's is below 0."""
     from minips.stats import t_interval
     keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))  # the study's order
     rows = []
     for lr, net, phi, P in keys:
         here = [c for c in cells if (c["lr"], c["network"], c["phi"], c["P"]) == (lr, net, phi, P)]
         base = next((c for c in here if c["label"] == baseline), None)
-        cands = sorted((c for c in here if _all_reached(c)), key=lambda c: c["time_to_target"]["mean"])
+        cands = [c for c in here if _all_reached(c) and c["label"] != baseline]
         row = {"lr": lr, "network": net, "phi": phi, "P": P, "winner": None, "time_s": None,
                "baseline_s": base["time_to_target"]["mean"] if base and _all_reached(base) else None,
                "speedup": None, "diff": None, "verdict": "none",
                "reached": {c["label"]: f"{c['reached']}/{c['n']}" for c in here}}
-        best = cands[0] if cands else None
-        if best is None or best["label"] == baseline:
-            rows.append(row)
-            continue
         if base is None or not _all_reached(base):  # the baseline missed its own target on a seed: no pairing
-            row.update(winner=best["label"], time_s=best["time_to_target"]["mean"],
-                       verdict=f"{baseline} {base['reached']}/{base['n']} reached" if base else f"no {baseline} run")
+            best = min(cands, key=lambda c: c["time_to_target"]["mean"], default=None)
+            if best is not None:
+                row.update(winner=best["label"], time_s=best["time_to_target"]["mean"],
+                           verdict=f"{baseline} {base['reached']}/{base['n']} reached" if base else
+                           f"no {baseline} run")
             rows.append(row)
             continue
-        a, b = best["time_to_target_by_seed"], base["time_to_target_by_seed"]
-        iv = t_interval([a[s] - b[s] for s in sorted(set(a) & set(b), key=int)])
+        diffs = {}
+        for c in cands:
+            seeds = _paired(c, base)
+            if seeds:
+                ta, tb = c["time_to_target_by_seed"], base["time_to_target_by_seed"]
+                diffs[c["label"]] = (c, seeds, [ta[k] - tb[k] for k in seeds])
+        best = min(diffs.values(), key=lambda x: statistics.fmean(x[2]), default=None)
+        if best is None or statistics.fmean(best[2]) >= 0:
+            rows.append(row)
+            continue
+        c, seeds, d = best
+        iv = t_interval(d)
         mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
-        verdict = ("one seed" if half is None else "within one evaluation" if _unresolved(best, base, mean, eval_every)
+        verdict = ("one seed" if half is None else "within one evaluation" if _unresolved(c, base, mean, eval_every)
                    else "faster" if mean + half < 0 else "no difference shown")
-        row.update(winner=best["label"], time_s=best["time_to_target"]["mean"],
-                   speedup=base["time_to_target"]["mean"] / best["time_to_target"]["mean"],
+        t_c = statistics.fmean(c["time_to_target_by_seed"][k] for k in seeds)
+        t_b = statistics.fmean(base["time_to_target_by_seed"][k] for k in seeds)
+        row.update(winner=c["label"], time_s=t_c, baseline_s=t_b, speedup=t_b / t_c,
                    diff={"mean": mean, "ci": half}, verdict=verdict)
         rows.append(row)
     return rows
@@ -250,7 +271,7 @@ def main(argv=None) -> int:
     grid = tomllib.loads(args.grid.read_text())
     counts = []
     for P in sorted({r["P"] for r in rows}):
-        found = [json.loads(f.read_text()) for f in sorted(args.raw.glob(f"P{P}-virtual/*/*/seed*/summary.json"))]
+        found = [json.loads(f.read_text()) for f in sorted(args.raw.glob(f"P{P}-*/*/*/seed*/summary.json"))]
         failed = sum(not s.get("steps") for s in found)
         counts.append(f"P = {P}: {len(found)} of {len(grid['algos']) * len(grid['seeds'])} runs"
                       + (f" ({failed} diverged or failed)" if failed else ""))

@@ -369,12 +369,14 @@ def start_warming_numba_cache(config) -> Path:
     """Start :data:`WARM_KERNELS` (each list in one process, the lists side by
     side, one thread each, outputs in a temporary folder) and return the path
     of the file that a thread of this process creates once they have all
-    exited (after 600 s they are killed). The workers start and collect the
-    tests meanwhile, on the cores the warm-up leaves idle, and wait for that
-    file before their first test (:func:`pytest_runtestloop`). A command that
-    fails only costs its kernels' warm-up: the tests that use them then
-    compile them and report the failure themselves. At the end of the session
-    (Ctrl-C included) a warm-up still running is killed."""
+    exited (those still running 600 s after the start are killed). The
+    workers start and collect the tests meanwhile (the warm-up's processes
+    end one after the other, and the workers' start-up fills the cores they
+    leave), and wait for that file before their first test
+    (:func:`pytest_runtestloop`). A command that fails only costs its
+    kernels' warm-up: the tests that use them then compile them and report the
+    failure themselves. At the end of the session (Ctrl-C included) a warm-up
+    still running is killed."""
     import tempfile
     import threading
     tmp = tempfile.mkdtemp(prefix="minips-warm-")
@@ -387,26 +389,32 @@ def start_warming_numba_cache(config) -> Path:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for n, cmds in enumerate(WARM_KERNELS)]
 
+    import time
+    deadline = time.monotonic() + 600
+
     def wait_then_say_done():
         try:
             for proc in procs:
                 try:
-                    proc.wait(timeout=600)
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
         finally:
-            done.touch()
+            with contextlib.suppress(OSError):  # the session ended first and removed the folder
+                done.touch()
 
     def stop():
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        waiter.join(timeout=10)
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
 
-    threading.Thread(target=wait_then_say_done, daemon=True, name="numba-warm-up").start()
+    waiter = threading.Thread(target=wait_then_say_done, daemon=True, name="numba-warm-up")
+    waiter.start()
     config.add_cleanup(stop)
     return done
 
@@ -435,11 +443,15 @@ def pytest_configure(config):
 def pytest_runtestloop(session):
     """Before the first test (a worker's, or this process's without xdist):
     wait for the session's Numba warm-up to end, so that no test compiles a
-    kernel the warm-up is compiling (the collection has run meanwhile)."""
+    kernel the warm-up is compiling (the collection has run meanwhile). Not
+    in the xdist controller (it runs no test), nor when there is no test to
+    run or the collection failed (its errors are reported at once)."""
     done = os.environ.get(WARM_DONE)
-    if done and not session.config.option.collectonly:
+    controller = session.config.pluginmanager.hasplugin("dsession")
+    if done and not controller and session.items and not session.testsfailed \
+            and not session.config.option.collectonly:
         import time
-        deadline = time.monotonic() + 660
+        deadline = time.monotonic() + 620
         while not os.path.exists(done) and time.monotonic() < deadline:
             time.sleep(0.05)
     yield

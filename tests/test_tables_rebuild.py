@@ -1,6 +1,8 @@
 """Issue 41: every committed table that the README or a default rests on rebuilds, unchanged, from
 the raw runs committed under docs/bench/ (never from the ignored runs/ folder), and a table script
-refuses to run when a run it needs is missing instead of building the table from fewer seeds.
+of a finished study refuses to run when a run it needs is missing instead of building the table from
+fewer seeds (the time-to-accuracy map is built from the runs committed so far while its study runs,
+and says how many: its map.md's first line).
 
 The tables: docs/bench/accuracy/five/tables.md (the 5-seed tables: why `local` is the default),
 docs/bench/accuracy/gaps/tables.md (docs/accuracy.md section 8), docs/bench/scale/study1/
@@ -11,9 +13,11 @@ and docs/bench/scale/screen-43/correction05-verdict/verdict.md (issue 43's candi
 fresh seeds, section 11.8), docs/bench/time-to-accuracy/time-axis/time-axis.md (issue 52's check of the
 time axis) and docs/bench/time-to-accuracy/map.md with the study report beside it (issue 52's map: the
 first method to the target per network, phi and P).
-Each script's ``--check`` rebuilds in memory and compares with the committed files: the first three
-read a few hundred small JSON files in well under a second, the last about 60 traces and solves the
-staleness model's stability for each learnt weight (about a second)."""
+Each script runs in a clean copy of what git tracks (:func:`clean_checkout`) and its output is
+compared with the committed files: most read a few hundred small JSON files in well under a second,
+adaptive_local_lambda about 60 traces (solving the staleness model's stability for each learnt weight,
+about a second), the map about 50 runs' summaries through ``bench study --report-only`` (about 2 s
+without its figures)."""
 import importlib
 import json
 import shutil

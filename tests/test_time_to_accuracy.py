@@ -179,6 +179,15 @@ def test_the_map_names_the_first_method_to_the_target_paired_by_seed_with_sync()
     (r,) = m.winners([_tcell("sync", {"0": 10.0}, n=1), _tcell("A", {"0": 4.0}, n=1)], "sync")
     assert r["winner"] == "A" and r["verdict"] == "one seed" and r["diff"]["ci"] is None
     assert "| fixed | 1gbe | 0 | 16 | A | 4 | 10 | 2.50x | -6 | one seed |" in m.table([r], "sync")
+    # a partial study: A ran seeds 0-1 only, slower than sync on both; sync's slow seed 2 puts sync's
+    # mean above A's, but A is compared with sync on the seeds both ran: none
+    (r,) = m.winners([_tcell("sync", {"0": 10.0, "1": 11.0, "2": 30.0}), _tcell("A", {"0": 10.5, "1": 11.5}, n=2)],
+                     "sync")
+    assert r["winner"] is None and r["verdict"] == "none"
+    # and the speed-up is over those seeds too: (10 + 11) / (5 + 6)
+    (r,) = m.winners([_tcell("sync", {"0": 10.0, "1": 11.0, "2": 30.0}), _tcell("A", {"0": 5.0, "1": 6.0}, n=2)],
+                     "sync")
+    assert r["winner"] == "A" and r["speedup"] == 21.0 / 11.0 and r["baseline_s"] == 10.5
     # sync itself missed the target on a seed: the fastest method is named, not paired
     (r,) = m.winners([_tcell("sync", {"0": 10.0, "1": 11.0}), _tcell("A", {"0": 5.0, "1": 6.0, "2": 7.0})], "sync")
     assert r["winner"] == "A" and r["verdict"] == "sync 2/3 reached" and r["diff"] is None and r["speedup"] is None
