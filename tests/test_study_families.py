@@ -86,7 +86,7 @@ def study_dir(tmp_path):
 def _report(grid, out, monkeypatch, cores):
     monkeypatch.setattr("minips.kernels.threads.cores_on_node", lambda: cores)
     args = Namespace(grid=str(grid), out=str(out), ranks=None, seeds=None, lr=None, algos=None, title=None,
-                     dry_run=False, report_only=True, virtual_ranks=None)
+                     dry_run=False, report_only=True, virtual_ranks=None, figures=True)
     assert study.run(args) == 0
     return (out / "fam.md").read_text(), json.loads((out / "fam.json").read_text())
 
