@@ -18,8 +18,8 @@ winner is the candidate whose time to target is most below the baseline's on ave
 seeds (none below: "none"). Its verdict, from the 95 % t interval of the per-seed differences
 (:mod:`minips.stats`): **faster** when
 the interval lies below 0, **no difference shown** when it holds 0 (a tie: the seeds cannot tell
-the two apart), **within one evaluation** when the difference is smaller than one evaluation
-interval of the curves (``eval-every`` steps x the larger step time: each seed's time is that of
+the two apart), **within one evaluation** when it excludes 0 but the difference is smaller than one
+evaluation interval of the curves (``eval-every`` steps x the larger step time: each seed's time is that of
 its first evaluation at or above the target, so the true crossing can lie up to one interval
 earlier; seeds that agree to the step give a zero-width interval however small the difference),
 and with one seed no interval (reported, not judged). "none": no method's paired mean is
@@ -112,8 +112,8 @@ def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> 
         c, seeds, d = best
         iv = t_interval(d)
         mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
-        verdict = ("one seed" if half is None else "within one evaluation" if _unresolved(c, base, mean, eval_every)
-                   else "faster" if mean + half < 0 else "no difference shown")
+        verdict = ("one seed" if half is None else "no difference shown" if mean + half >= 0 else
+                   "within one evaluation" if _unresolved(c, base, mean, eval_every) else "faster")
         t_c = statistics.fmean(c["time_to_target_by_seed"][k] for k in seeds)
         t_b = statistics.fmean(base["time_to_target_by_seed"][k] for k in seeds)
         row.update(winner=c["label"], time_s=t_c, baseline_s=t_b, speedup=t_b / t_c,
@@ -152,9 +152,9 @@ def contrast_rows(cells: list[dict], a: str, b: str, eval_every: int | None = No
             half = iv.half_width if iv.has_ci else None
             row["diff"] = {"mean": iv.mean, "ci": half}
             row["verdict"] = ("one seed" if half is None else
+                              "no difference shown" if iv.mean - half <= 0 <= iv.mean + half else
                               "within one evaluation" if _unresolved(ca, cb, iv.mean, eval_every) else
-                              f"{a} first" if iv.mean + half < 0 else
-                              f"{b} first" if iv.mean - half > 0 else "no difference shown")
+                              f"{a} first" if iv.mean < 0 else f"{b} first")
         rows.append(row)
     return rows
 

@@ -456,7 +456,7 @@ assert agree == len(rows), ("the rule above should give the map's first method i
 # verdict pairs the winner's seeds with sync's (the 95 % interval of the per-seed
 # differences): **faster** when the whole interval is below zero; **no difference shown**
 # when it holds zero, a tie the seeds cannot break; **within one evaluation** when the
-# difference is smaller than the time between two evaluations (each seed's time is that
+# interval excludes zero but the difference is smaller than the time between two evaluations (each seed's time is that
 # of its first evaluation above the target, so its true crossing can be up to one interval
 # earlier); **one seed** when there is no interval yet; "sync k/n reached" when sync itself
 # missed the target on a seed. `map.md` also pairs the default pseudo-sync with
