@@ -360,101 +360,54 @@ def numba_cache_is_warm() -> bool:
     return True
 
 
-#: where the session's warm-up says it has ended (an empty file, created when its processes exit);
-#: set in the environment by :func:`pytest_configure`, so the xdist workers inherit it
-WARM_DONE = "MINIPS_TESTS_WARM_DONE"
-
-
-def start_warming_numba_cache(config) -> Path:
+@contextlib.contextmanager
+def warming_numba_cache():
     """Start :data:`WARM_KERNELS` (each list in one process, the lists side by
-    side, one thread each, outputs in a temporary folder) and return the path
-    of the file that a thread of this process creates once they have all
-    exited (those still running 600 s after the start are killed). The
-    workers start and collect the tests meanwhile (the warm-up's processes
-    end one after the other, and the workers' start-up fills the cores they
-    leave), and wait for that file before their first test
-    (:func:`pytest_runtestloop`). A command that fails only costs its
-    kernels' warm-up: the tests that use them then compile them and report the
-    failure themselves. At the end of the session (Ctrl-C included) a warm-up
-    still running is killed."""
+    side) with one thread each, outputs in a temporary folder; yield while they
+    run (the caller does other work meanwhile), then wait for them. A command
+    that fails only costs its kernels' warm-up: the tests that use them then
+    compile them and report the failure themselves."""
     import tempfile
-    import threading
-    tmp = tempfile.mkdtemp(prefix="minips-warm-")
-    done = Path(tmp) / "done"
-    env = subprocess_env({"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
-    script = ("import sys\nfrom minips.cli import main\n"
-              "for i, args in enumerate(eval(sys.argv[1])):\n"
-              "    main([*args, '--quiet', '--out', f'{sys.argv[2]}/{i}'])\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, repr(cmds), f"{tmp}/{n}"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for n, cmds in enumerate(WARM_KERNELS)]
-
-    import time
-    deadline = time.monotonic() + 600
-
-    def wait_then_say_done():
+    with tempfile.TemporaryDirectory(prefix="minips-warm-") as tmp:
+        env = subprocess_env({"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        script = ("import sys\nfrom minips.cli import main\n"
+                  "for i, args in enumerate(eval(sys.argv[1])):\n"
+                  "    main([*args, '--quiet', '--out', f'{sys.argv[2]}/{i}'])\n")
+        procs = [subprocess.Popen([sys.executable, "-c", script, repr(cmds), f"{tmp}/{n}"], cwd=ROOT, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for n, cmds in enumerate(WARM_KERNELS)]
         try:
+            yield
+        except BaseException:  # Ctrl-C or an error meanwhile: stop the warm-up instead of waiting for it
             for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        finally:
-            with contextlib.suppress(OSError):  # the session ended first and removed the folder
-                done.touch()
-
-    def stop():
-        for proc in procs:
-            if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        waiter.join(timeout=10)
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    waiter = threading.Thread(target=wait_then_say_done, daemon=True, name="numba-warm-up")
-    waiter.start()
-    config.add_cleanup(stop)
-    return done
+            raise
+        for proc in procs:
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def pytest_configure(config):
     """Once per test session, before any worker starts: compile the project's
-    Python files to bytecode (``__pycache__``) while the Numba kernels compile
-    into Numba's cache (:func:`start_warming_numba_cache`, unless the cache
-    looks warm), and cache pytest's rewritten test modules. Where
-    PYTHONDONTWRITEBYTECODE is set, as on some CI machines, every ``python -m
-    minips`` and ``mpiexec`` rank a test starts would otherwise compile minips
-    from source again (about 0.3 s of CPU per process); reading ``.pyc`` files
-    is allowed either way. The warm-up goes on while the workers start."""
+    Python files to bytecode (``__pycache__``) and its Numba kernels into
+    Numba's cache (:func:`warming_numba_cache`, unless the cache looks warm;
+    the bytecode is compiled while the kernels are, the warm-up's longer
+    process leaving a core free). Where PYTHONDONTWRITEBYTECODE is set, as on
+    some CI machines, every ``python -m minips`` and ``mpiexec`` rank a test
+    starts would otherwise compile minips from source again (about 0.3 s of
+    CPU per process); reading ``.pyc`` files is allowed either way."""
     if os.environ.get("PYTEST_XDIST_WORKER") or config.option.collectonly:
         return
     import compileall
-    os.environ.pop(WARM_DONE, None)
-    if os.environ.get("NUMBA_DISABLE_JIT") != "1" and not numba_cache_is_warm():  # nothing to cache without JIT
-        os.environ[WARM_DONE] = str(start_warming_numba_cache(config))
-    for folder in ("minips", "kernels", "tests", "tutorials"):
-        compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
-    write_rewritten_test_modules(config)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtestloop(session):
-    """Before the first test (a worker's, or this process's without xdist):
-    wait for the session's Numba warm-up to end, so that no test compiles a
-    kernel the warm-up is compiling (the collection has run meanwhile). Not
-    in the xdist controller (it runs no test), nor when there is no test to
-    run or the collection failed (its errors are reported at once)."""
-    done = os.environ.get(WARM_DONE)
-    controller = session.config.pluginmanager.hasplugin("dsession")
-    if done and not controller and session.items and not session.testsfailed \
-            and not session.config.option.collectonly:
-        import time
-        deadline = time.monotonic() + 620
-        while not os.path.exists(done) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    yield
+    warm = os.environ.get("NUMBA_DISABLE_JIT") != "1" and not numba_cache_is_warm()  # nothing to cache without JIT
+    with warming_numba_cache() if warm else contextlib.nullcontext():
+        for folder in ("minips", "kernels", "tests", "tutorials"):
+            compileall.compile_dir(str(ROOT / folder), quiet=2, workers=1)
+        write_rewritten_test_modules(config)
 
 
 def write_rewritten_test_modules(config) -> None:
