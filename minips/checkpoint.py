@@ -140,11 +140,13 @@ REQUIRED_KEYS = ("step", "world_size", "config", "rng", "history", "trace")
 
 # --- a Trainer's state -------------------------------------------------------------------
 
-#: Options that fix a run's trajectory: a checkpoint resumes only with the same values.
+#: Options that fix a run's trajectory or its metrics: a checkpoint resumes only with the same values
+#: (``val_fraction`` holds images out of the training set; ``eval_every`` sets the validation curve's steps)
 TRAJECTORY_KEYS = ("model", "data", "batch_size", "seed", "lr", "momentum", "nesterov", "weight_decay",
-                   "clip_norm", "schedule", "warmup_epochs", "scale_lr", "epochs", "partition")
+                   "clip_norm", "schedule", "warmup_epochs", "scale_lr", "epochs", "partition", "val_fraction",
+                   "eval_every")
 #: Trajectory options added after checkpoints were first written: the value an older checkpoint ran with
-ADDED_LATER = {"partition": "iid", "clip_norm": 0.0}
+ADDED_LATER = {"partition": "iid", "clip_norm": 0.0, "val_fraction": 0.0, "eval_every": 0}
 
 
 def save_trainer(trainer, path) -> None:

@@ -134,6 +134,16 @@ def test_resume_refuses_a_different_configuration(tmp_path):
     assert r.returncode == 0, r.stderr
     r = run_cli(["train", *MLP, "--epochs", "1", "--lr", "0.5", "--resume", str(out / "checkpoint.h5")])
     assert r.returncode == 2 and "different run configuration" in r.stderr and "lr: checkpoint 0.05" in r.stderr
+    # a validation split held out of the training set changes the trajectory; --eval-every the curve
+    r = run_cli(["train", *MLP, "--epochs", "1", "--val-fraction", "0.1", "--resume", str(out / "checkpoint.h5")])
+    assert r.returncode == 2 and "val_fraction: checkpoint 0.0, now 0.1" in r.stderr
+    out = tmp_path / "b"
+    r = run_cli(["train", *MLP, "--epochs", "1", "--max-steps", "5", "--checkpoint-every", "5", "--val-fraction",
+                 "0.1", "--eval-every", "2", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    r = run_cli(["train", *MLP, "--epochs", "1", "--val-fraction", "0.1", "--eval-every", "3", "--resume",
+                 str(out / "checkpoint.h5")])
+    assert r.returncode == 2 and "eval_every: checkpoint 2, now 3" in r.stderr
 
 
 @pytest.mark.mpi
