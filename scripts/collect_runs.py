@@ -41,7 +41,8 @@ def collect(study: Path, dest: Path) -> dict:
     out = {}
     for s in sorted((study / "runs").glob("P*/*/*/seed*/summary.json")):
         run = s.parent
-        if json.loads(s.read_text()).get("stopped") == "signal":
+        summary = json.loads(s.read_text())
+        if summary.get("stopped") == "signal":  # minips.bench.study.runner.stopped_by_signal's test
             continue
         rel = run.relative_to(study / "runs")
         (dest / rel).mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ def collect(study: Path, dest: Path) -> dict:
             if (run / name).is_file():
                 shutil.copy2(run / name, dest / rel / name)
         P = int(rel.parts[0][1:].split("-")[0])
-        out[(P, rel.parts[1], rel.parts[2], int(rel.parts[3][4:]))] = json.loads(s.read_text())
+        out[(P, rel.parts[1], rel.parts[2], int(rel.parts[3][4:]))] = summary
     return out
 
 

@@ -70,6 +70,22 @@ def _paired(ca: dict, cb: dict) -> list[str]:
     return sorted(set(ca["time_to_target_by_seed"]) & set(cb["time_to_target_by_seed"]), key=int)
 
 
+def _compare(ca: dict, cb: dict, eval_every: int | None) -> tuple[dict, str]:
+    """``ca`` against ``cb`` paired by seed (:func:`_paired`, at least one seed): ``diff`` (``mean``
+    and ``ci`` half-width, None with one seed, of ca's seconds minus cb's) and the outcome: "one
+    seed", "no difference shown" (the 95 % t interval holds 0), "within one evaluation"
+    (:func:`_unresolved`), "first" (ca sooner) or "second" (cb sooner). The one rule of both the
+    map's verdict and its contrasts."""
+    from minips.stats import t_interval
+    ta, tb = ca["time_to_target_by_seed"], cb["time_to_target_by_seed"]
+    iv = t_interval([ta[k] - tb[k] for k in _paired(ca, cb)])
+    mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
+    outcome = ("one seed" if half is None else "no difference shown" if mean - half <= 0 <= mean + half else
+               "within one evaluation" if _unresolved(ca, cb, mean, eval_every) else
+               "first" if mean < 0 else "second")
+    return {"mean": mean, "ci": half}, outcome
+
+
 def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> list[dict]:
     """One row per (lr, network, phi, P) of the study's ``time_to_accuracy`` cells: ``winner``
     (a label, or None: "none"), ``time_s`` and ``baseline_s`` (its and the baseline's mean seconds
@@ -80,7 +96,6 @@ def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> 
     candidate with the most negative mean paired difference from the baseline (a method and the
     baseline compared on the same seeds, also while a study is partial), the study's order
     breaking ties; none when no candidate's is below 0."""
-    from minips.stats import t_interval
     keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))  # the study's order
     rows = []
     for lr, net, phi, P in keys:
@@ -109,15 +124,12 @@ def winners(cells: list[dict], baseline: str, eval_every: int | None = None) -> 
         if best is None or statistics.fmean(best[2]) >= 0:
             rows.append(row)
             continue
-        c, seeds, d = best
-        iv = t_interval(d)
-        mean, half = iv.mean, (iv.half_width if iv.has_ci else None)
-        verdict = ("one seed" if half is None else "no difference shown" if mean + half >= 0 else
-                   "within one evaluation" if _unresolved(c, base, mean, eval_every) else "faster")
+        c, seeds, _ = best
+        diff, outcome = _compare(c, base, eval_every)  # its mean is below 0: "first" is "faster"
         t_c = statistics.fmean(c["time_to_target_by_seed"][k] for k in seeds)
         t_b = statistics.fmean(base["time_to_target_by_seed"][k] for k in seeds)
         row.update(winner=c["label"], time_s=t_c, baseline_s=t_b, speedup=t_b / t_c,
-                   diff={"mean": mean, "ci": half}, verdict=verdict)
+                   diff=diff, verdict="faster" if outcome == "first" else outcome)
         rows.append(row)
     return rows
 
@@ -130,7 +142,6 @@ def contrast_rows(cells: list[dict], a: str, b: str, eval_every: int | None = No
     difference shown" (it holds 0), "within one evaluation" (:func:`_unresolved`), "one seed", or
     "A k/n reached" (an entry that missed the target on a seed: its time is not known, nothing is
     paired)."""
-    from minips.stats import t_interval
     keys = list(dict.fromkeys((c["lr"], c["network"], c["phi"], c["P"]) for c in cells))
     rows = []
     for lr, net, phi, P in keys:
@@ -147,16 +158,18 @@ def contrast_rows(cells: list[dict], a: str, b: str, eval_every: int | None = No
         if missed:
             row["verdict"] = "; ".join(f"{x} {c['reached']}/{c['n']} reached" for x, c in missed)
         else:
-            ta, tb = ca["time_to_target_by_seed"], cb["time_to_target_by_seed"]
-            iv = t_interval([ta[k] - tb[k] for k in sorted(set(ta) & set(tb), key=int)])
-            half = iv.half_width if iv.has_ci else None
-            row["diff"] = {"mean": iv.mean, "ci": half}
-            row["verdict"] = ("one seed" if half is None else
-                              "no difference shown" if iv.mean - half <= 0 <= iv.mean + half else
-                              "within one evaluation" if _unresolved(ca, cb, iv.mean, eval_every) else
-                              f"{a} first" if iv.mean < 0 else f"{b} first")
+            row["diff"], outcome = _compare(ca, cb, eval_every)
+            row["verdict"] = {"first": f"{a} first", "second": f"{b} first"}.get(outcome, outcome)
         rows.append(row)
     return rows
+
+
+def _diff_text(d: dict | None) -> str:
+    """``-5 [-6, -4]`` (mean and its 95 % interval), ``-5`` with one seed, ``-`` without a pairing."""
+    if d is None:
+        return "-"
+    return f"{d['mean']:+.3g}" + (f" [{d['mean'] - d['ci']:+.3g}, {d['mean'] + d['ci']:+.3g}]"
+                                  if d["ci"] is not None else "")
 
 
 def contrast_table(rows: list[dict]) -> str:
@@ -170,11 +183,8 @@ def contrast_table(rows: list[dict]) -> str:
     for r in rows:
         def s(x, k):
             return (f"{x:.3g}" if x is not None else "-") + f" ({k})"
-        d = r["diff"]
-        diff = "-" if d is None else f"{d['mean']:+.3g}" + (
-            f" [{d['mean'] - d['ci']:+.3g}, {d['mean'] + d['ci']:+.3g}]" if d["ci"] is not None else "")
         lines.append(f"| {r['lr']} | {r['network']} | {r['phi']:g} | {r['P']} | {s(r['a_s'], r['a_reached'])} | "
-                     f"{s(r['b_s'], r['b_reached'])} | {diff} | {r['verdict']} |")
+                     f"{s(r['b_s'], r['b_reached'])} | {_diff_text(r['diff'])} | {r['verdict']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -185,13 +195,10 @@ def table(rows: list[dict], baseline: str) -> str:
     for r in rows:
         def s(x):
             return "-" if x is None else f"{x:.3g}"
-        diff = "-" if r["diff"] is None else (f"{r['diff']['mean']:+.3g}" + (
-            f" [{r['diff']['mean'] - r['diff']['ci']:+.3g}, {r['diff']['mean'] + r['diff']['ci']:+.3g}]"
-            if r["diff"]["ci"] is not None else ""))
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         lines.append(f"| {r['lr']} | {r['network']} | {r['phi']:g} | {r['P']} | {r['winner'] or 'none'} | "
                      f"{s(r['time_s'])} | {s(r['baseline_s'])} | {speedup} | "
-                     f"{diff} | {r['verdict']} |")
+                     f"{_diff_text(r['diff'])} | {r['verdict']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -267,8 +274,7 @@ def main(argv=None) -> int:
                 shutil.copy2(f, out / "report" / f.name)
     eval_every = (report["grid"].get("train") or {}).get("eval-every")
     rows = winners(report["time_to_accuracy"], BASELINE, eval_every)
-    import tomllib
-    grid = tomllib.loads(args.grid.read_text())
+    grid = report["grid"]  # the grid as the study read it
     counts = []
     for P in sorted({r["P"] for r in rows}):
         found = [json.loads(f.read_text()) for f in sorted(args.raw.glob(f"P{P}-*/*/*/seed*/summary.json"))]
@@ -286,7 +292,7 @@ def main(argv=None) -> int:
     (out / "map.json").write_text(json.dumps(rows, indent=1) + "\n")
     (out / "contrasts.json").write_text(json.dumps(pairs, indent=1) + "\n")
     if args.figures:
-        figure(rows, args.figure, BASELINE, float(grid.get("target_below_baseline", 0.0)))
+        figure(rows, args.figure, BASELINE, float(grid["target_below_baseline"]))
     print(text, end="")
     return 0
 
