@@ -194,6 +194,17 @@ def launcher_lines(text: str) -> list[str]:
     return [ln for i, ln in enumerate(lines) if i not in drop]
 
 
+def load_script(name: str):
+    """The module of ``scripts/NAME.py``, loaded from its file (scripts/ is not a package). It is
+    registered in ``sys.modules`` under NAME first: a dataclass defined in it looks its module up."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def run_cli(args, timeout=120, env=None, cwd=None, process=False):
     """``python -m minips ARGS``, returning what ``subprocess.run`` would
     (``returncode``, ``stdout``, ``stderr``).

@@ -1,11 +1,11 @@
 """The stability map (scripts/stability_map.py, docs/accuracy.md section 10): the committed table
 rebuilds from the committed raw runs unchanged; outcomes, boundary cells and resuming."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "docs" / "bench" / "scale" / "map"
@@ -13,11 +13,7 @@ RAW = ROOT / "docs" / "bench" / "scale" / "map"
 
 @pytest.fixture(scope="module")
 def sm():
-    spec = importlib.util.spec_from_file_location("stability_map", ROOT / "scripts" / "stability_map.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stability_map"] = mod   # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("stability_map")
 
 
 def test_the_committed_table_rebuilds_from_the_committed_runs(sm):
@@ -132,9 +128,7 @@ def test_status_names_the_code_that_ran_and_a_dead_workers_claim_is_not_running(
 def test_the_diagnosis_table_rebuilds_from_its_raw_files():
     import csv
     import statistics
-    spec = importlib.util.spec_from_file_location("divergence_diagnosis", ROOT / "scripts" / "divergence_diagnosis.py")
-    dd = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dd)
+    dd = load_script("divergence_diagnosis")
     folder = ROOT / "docs" / "bench" / "scale" / "diagnosis"
     local, sync = dd._load(folder / "local-P32-lr0.32"), dd._load(folder / "sync-P32-lr0.32")
     assert dd.report_text(local, sync) + "\n" + dd.thresholds_text(folder) == (folder / "diagnosis.md").read_text()

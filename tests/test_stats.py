@@ -73,12 +73,11 @@ def test_a_collapse_is_left_out_of_the_pair_like_a_divergence():
 
 def test_study1_table_rebuilds_with_its_collapses_left_out():
     # scripts/scale_study.py rebuilds docs/bench/scale/study1/accuracy-vs-P.md from the committed per-seed accuracies
-    import importlib.util
     from pathlib import Path
+
+    from .conftest import load_script
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("scale_study", root / "scripts" / "scale_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scale_study")
     md, rows = mod.tables(mod.load_runs())
     assert md + "\n" == (root / "docs" / "bench" / "scale" / "study1" / "accuracy-vs-P.md").read_text()
     row = next(r for r in rows if (r["policy"], r["P"], r["rule"]) == ("fixed", 64, "pseudo-sync:adaptive-local:1"))

@@ -136,13 +136,8 @@ def test_bad_time_axis_keys_are_refused_in_one_line(tmp_path, metric, extra, mes
 
 
 def _map_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / "time_to_accuracy_map.py"
-    spec = importlib.util.spec_from_file_location("time_to_accuracy_map", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from .conftest import load_script
+    return load_script("time_to_accuracy_map")
 
 
 def _tcell(label, by_seed, n=3, P=16, network="1gbe"):
